@@ -1,0 +1,109 @@
+"""Validation and calibration inputs: .npz files or synthetic data from the input specs."""
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+
+from .errors import UserError
+from .model import TensorSpec
+
+Batch = dict[str, np.ndarray]
+
+
+def parse_int_ranges(items: list[str] | None) -> dict[str, tuple[int, int]]:
+    """`["input_ids=0:30522"]` -> {"input_ids": (0, 30522)} (high exclusive)."""
+    ranges = {}
+    for item in items or []:
+        name, sep, rng = item.partition("=")
+        lo, sep2, hi = rng.partition(":")
+        try:
+            if not (sep and sep2 and name):
+                raise ValueError
+            lo_i, hi_i = int(lo), int(hi)
+            if hi_i <= lo_i:
+                raise ValueError
+        except ValueError:
+            raise UserError(f"--int-range {item!r}: expected NAME=LOW:HIGH with LOW < HIGH, e.g. input_ids=0:30522") from None
+        ranges[name] = (lo_i, hi_i)
+    return ranges
+
+
+def synthetic_batches(
+    specs: list[TensorSpec],
+    shapes: dict[str, tuple[int, ...]],
+    n_batches: int,
+    int_ranges: dict[str, tuple[int, int]] | None = None,
+    seed: int = 0,
+) -> list[Batch]:
+    """Seeded inputs: floats standard normal; integers uniform in the user's range (required)."""
+    int_ranges = int_ranges or {}
+    rng = np.random.default_rng(seed)
+    batches = []
+    for _ in range(n_batches):
+        batch = {}
+        for spec in specs:
+            shape = shapes[spec.name]
+            if np.issubdtype(spec.dtype, np.floating):
+                batch[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
+            elif spec.dtype == np.bool_:
+                batch[spec.name] = rng.integers(0, 2, shape).astype(np.bool_)
+            elif np.issubdtype(spec.dtype, np.integer):
+                if spec.name not in int_ranges:
+                    raise UserError(
+                        f"integer input {spec.name!r} needs a value range for synthetic data: "
+                        f"pass --int-range {spec.name}=LOW:HIGH (or --data FILE.npz)"
+                    )
+                lo, hi = int_ranges[spec.name]
+                batch[spec.name] = rng.integers(lo, hi, shape).astype(spec.dtype)
+            else:
+                raise UserError(f"input {spec.name!r} has dtype {spec.dtype}; pass real inputs with --data FILE.npz")
+        batches.append(batch)
+    return batches
+
+
+def load_npz_batches(path: str, specs: list[TensorSpec]) -> list[Batch]:
+    """An .npz with one array per input name; a leading axis of batches (arrays [B, *input_shape])."""
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such data file; pass an .npz with one array per model input")
+    try:
+        npz = np.load(path, allow_pickle=False)
+        arrays = {k: npz[k] for k in npz.files}
+    except Exception as exc:
+        raise UserError(f"{path}: not a readable .npz file ({type(exc).__name__})") from None
+    counts = set()
+    for spec in specs:
+        if spec.name not in arrays:
+            raise UserError(f"{path}: no array for input {spec.name!r}; the file has {sorted(arrays)}")
+        arr = arrays[spec.name]
+        if arr.dtype != spec.dtype:
+            raise UserError(f"{path}: input {spec.name!r} has dtype {arr.dtype}, the model wants {np.dtype(spec.dtype)}")
+        if arr.ndim != len(spec.shape) + 1 or any(
+            isinstance(d, int) and d != s for d, s in zip(spec.shape, arr.shape[1:])
+        ):
+            raise UserError(
+                f"{path}: input {spec.name!r} has shape {list(arr.shape)}; expected [n_batches] + {list(spec.shape)}"
+            )
+        counts.add(arr.shape[0])
+    if len(counts) != 1 or 0 in counts:
+        raise UserError(f"{path}: every input needs the same, non-zero number of batches (leading axis); got {sorted(counts)}")
+    n = counts.pop()
+    return [{s.name: arrays[s.name][i] for s in specs} for i in range(n)]
+
+
+def batches_hash(batches: list[Batch]) -> str:
+    h = hashlib.sha256()
+    for batch in batches:
+        for name in sorted(batch):
+            arr = np.ascontiguousarray(batch[name])
+            h.update(name.encode())
+            h.update(str(arr.dtype).encode())
+            h.update(str(arr.shape).encode())
+            h.update(arr.tobytes())
+    return h.hexdigest()[:16]
+
+
+def save_npz_batches(path: str, batches: list[Batch]) -> None:
+    names = list(batches[0])
+    np.savez(path, **{n: np.stack([b[n] for b in batches]) for n in names})

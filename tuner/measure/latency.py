@@ -1,0 +1,87 @@
+"""The latency protocol: warm up, then time until the median's 95% CI is within +-2%, or a cap is hit."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass
+class LatencyProtocol:
+    warmup: int = 5
+    min_runs: int = 10
+    max_runs: int = 500
+    max_seconds: float = 10.0
+    rel_ci: float = 0.02  # half-width of the median's 95% CI, relative to the median
+
+
+@dataclass
+class LatencyStats:
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    mean_ms: float
+    std_ms: float
+    count: int
+    ci_low_ms: float
+    ci_high_ms: float
+    converged: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def median_ci(samples: np.ndarray, z: float = 1.96) -> tuple[float, float]:
+    """Distribution-free 95% CI of the median from order statistics (binomial normal approximation)."""
+    s = np.sort(samples)
+    n = len(s)
+    half = z * np.sqrt(n) / 2
+    lo = int(max(0, np.floor(n / 2 - half)))
+    hi = int(min(n - 1, np.ceil(n / 2 + half)))
+    return float(s[lo]), float(s[hi])
+
+
+def summarize(samples_ms: list[float] | np.ndarray, converged: bool) -> LatencyStats:
+    a = np.asarray(samples_ms, dtype=np.float64)
+    lo, hi = median_ci(a)
+    return LatencyStats(
+        median_ms=float(np.median(a)),
+        p10_ms=float(np.percentile(a, 10)),
+        p90_ms=float(np.percentile(a, 90)),
+        mean_ms=float(np.mean(a)),
+        std_ms=float(np.std(a)),
+        count=int(len(a)),
+        ci_low_ms=lo,
+        ci_high_ms=hi,
+        converged=converged,
+    )
+
+
+def is_converged(samples_ms: list[float], protocol: LatencyProtocol) -> bool:
+    if len(samples_ms) < protocol.min_runs:
+        return False
+    med = float(np.median(samples_ms))
+    lo, hi = median_ci(np.asarray(samples_ms))
+    return med > 0 and (hi - med) <= protocol.rel_ci * med and (med - lo) <= protocol.rel_ci * med
+
+
+def measure_latency(run: Callable[[], object], protocol: LatencyProtocol | None = None) -> LatencyStats:
+    """Time `run()` (one inference on a fixed batch). Session creation happens before, untimed."""
+    protocol = protocol or LatencyProtocol()
+    for _ in range(protocol.warmup):
+        run()
+    samples: list[float] = []
+    start = time.perf_counter()
+    converged = False
+    while len(samples) < protocol.max_runs:
+        t0 = time.perf_counter()
+        run()
+        samples.append((time.perf_counter() - t0) * 1e3)
+        if is_converged(samples, protocol):
+            converged = True
+            break
+        if time.perf_counter() - start > protocol.max_seconds and len(samples) >= 3:
+            break
+    return summarize(samples, converged)

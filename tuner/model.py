@@ -1,0 +1,150 @@
+"""Load and inspect ONNX models: input specs, shape profiles, opset upgrades, content hash."""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from .errors import UserError
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: np.dtype
+    shape: tuple  # ints or dimension names (str) or None for unknown
+
+    @property
+    def is_dynamic(self) -> bool:
+        return any(not isinstance(d, int) for d in self.shape)
+
+
+def load_model(path: str) -> onnx.ModelProto:
+    """Load an ONNX model (external data too) and run the checker; user errors name the file."""
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such model file; pass the path of an .onnx file")
+    try:
+        model = onnx.load(path, load_external_data=True)
+    except Exception as exc:  # onnx raises DecodeError and friends for non-ONNX files
+        raise UserError(f"{path}: not an ONNX model ({type(exc).__name__}); pass an .onnx file") from None
+    if not model.graph.node:
+        raise UserError(f"{path}: not an ONNX model (no graph nodes); pass an .onnx file")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise UserError(f"{path}: fails the ONNX checker: {first}") from None
+    return model
+
+
+def _value_spec(value: onnx.ValueInfoProto) -> TensorSpec:
+    ttype = value.type.tensor_type
+    dims = []
+    for d in ttype.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or None)
+    return TensorSpec(value.name, helper.tensor_dtype_to_np_dtype(ttype.elem_type), tuple(dims))
+
+
+def input_specs(model: onnx.ModelProto) -> list[TensorSpec]:
+    """Graph inputs that are not initializers (older exports list weights as inputs too)."""
+    inits = {i.name for i in model.graph.initializer}
+    return [_value_spec(v) for v in model.graph.input if v.name not in inits]
+
+
+def output_specs(model: onnx.ModelProto) -> list[TensorSpec]:
+    return [_value_spec(v) for v in model.graph.output]
+
+
+def parse_shape_profile(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """`["input_ids=8x128", ...]` -> {"input_ids": (8, 128)}."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in items or []:
+        name, sep, dims = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+            if any(d <= 0 for d in shape):
+                raise ValueError
+        except ValueError:
+            raise UserError(f"--shape {item!r}: expected NAME=DIMxDIM..., e.g. input_ids=8x128") from None
+        shapes[name] = shape
+    return shapes
+
+
+def resolve_shapes(specs: list[TensorSpec], profile: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """A concrete shape per input: the profile's where given, else the static shape."""
+    names = {s.name for s in specs}
+    unknown = sorted(set(profile) - names)
+    if unknown:
+        raise UserError(f"--shape names unknown input(s) {unknown}; the model's inputs are {sorted(names)}")
+    shapes = {}
+    for spec in specs:
+        if spec.name in profile:
+            shape = profile[spec.name]
+            if len(shape) != len(spec.shape) or any(
+                isinstance(d, int) and d != s for d, s in zip(spec.shape, shape)
+            ):
+                raise UserError(
+                    f"--shape {spec.name}={'x'.join(map(str, shape))} does not fit the model's shape {list(spec.shape)}"
+                )
+            shapes[spec.name] = shape
+        elif spec.is_dynamic:
+            example = "x".join(str(d) if isinstance(d, int) else "N" for d in spec.shape)
+            raise UserError(
+                f"input {spec.name!r} has dynamic dimensions {list(spec.shape)}; "
+                f"give a shape profile, e.g. --shape {spec.name}={example}"
+            )
+        else:
+            shapes[spec.name] = tuple(spec.shape)
+    return shapes
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for op in model.opset_import:
+        if op.domain in ("", "ai.onnx"):
+            return op.version
+    return 0
+
+
+def ensure_opset(model: onnx.ModelProto, minimum: int) -> onnx.ModelProto:
+    """Return the model converted to at least `minimum` (per-channel QDQ needs opset >= 13)."""
+    if default_opset(model) >= minimum:
+        return model
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(model, minimum)
+    except Exception as exc:
+        raise RuntimeError(f"could not upgrade the model from opset {default_opset(model)} to {minimum}: {exc}") from exc
+
+
+def model_hash(path: str) -> str:
+    """Content hash of the model file and its external data files (sha256, first 16 hex)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    model = onnx.load(path, load_external_data=False)
+    base = os.path.dirname(os.path.abspath(path))
+    locations = sorted(
+        {e.value for t in model.graph.initializer for e in t.external_data if e.key == "location"}
+    )
+    for loc in locations:
+        with open(os.path.join(base, loc), "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def save_model(model: onnx.ModelProto, path: str) -> None:
+    """Save, moving weights to external data when the proto would pass protobuf's 2 GB limit."""
+    large = model.ByteSize() > 1_800_000_000
+    onnx.save(model, path, save_as_external_data=large, location=os.path.basename(path) + ".data" if large else None)
