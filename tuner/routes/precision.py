@@ -1,0 +1,86 @@
+"""Precision routes realized with ONNX Runtime's own quantization tooling."""
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from typing import Any
+
+import onnx
+
+from ..data import Batch
+from ..model import ensure_opset, save_model
+
+QUANTIZING_ROUTES = ("int8-dynamic", "int8-static", "int4-weight")
+FP16_BLOCK_LISTS = {"none": [], "norms": ["LayerNormalization"], "norms_softmax": ["LayerNormalization", "Softmax"]}
+
+logging.getLogger("onnxruntime.quantization").setLevel(logging.ERROR)
+
+
+def _qtype(name: str):
+    from onnxruntime.quantization import QuantType
+
+    return getattr(QuantType, name)
+
+
+class _Reader:
+    """CalibrationDataReader over a list of batches."""
+
+    def __init__(self, batches: list[Batch]):
+        self._it = iter(batches)
+
+    def get_next(self):
+        return next(self._it, None)
+
+
+def apply_precision(
+    model: onnx.ModelProto, config: dict[str, Any], workdir: str, calib: list[Batch], cache_dir: str, calib_key: str
+) -> str:
+    """Write the transformed model under workdir and return its path."""
+    route = config.get("precision", "fp32")
+    # ORT's int4 and fp16 converters edit the proto in place: never let them touch the shared original.
+    model = copy.deepcopy(model)
+    src = os.path.join(workdir, "input.onnx")
+    out = os.path.join(workdir, "model.onnx")
+    exclude = config.get("keep_float", [])
+    if route == "fp32":
+        save_model(model, out)
+        return out
+    if route == "int8-dynamic":
+        from onnxruntime.quantization import quantize_dynamic
+
+        model = ensure_opset(model, 13 if config.get("dyn_per_channel") else 11)
+        save_model(model, src)
+        quantize_dynamic(src, out, per_channel=config["dyn_per_channel"], reduce_range=config["dyn_reduce_range"],
+                         weight_type=_qtype(config["dyn_weight_type"]), nodes_to_exclude=exclude)
+        return out
+    if route == "int8-static":
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_static
+
+        model = ensure_opset(model, 13)
+        save_model(model, src)
+        method = config["calibration_method"]
+        # Tensor ranges depend only on the model, calibration data and method: computed once, reused.
+        cache = os.path.join(cache_dir, f"calib-{calib_key}-{method}.json")
+        quantize_static(src, out, _Reader(calib) if not os.path.isfile(cache) else None, quant_format=QuantFormat.QDQ,
+                        per_channel=config["static_per_channel"], activation_type=_qtype(config["activation_type"]),
+                        weight_type=_qtype(config["weight_type"]), nodes_to_exclude=exclude,
+                        calibrate_method=getattr(CalibrationMethod, method), calibration_cache_path=cache)
+        return out
+    if route == "int4-weight":
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+        level = config["int4_accuracy_level"] or None
+        q = MatMulNBitsQuantizer(model, bits=4, block_size=config["int4_block_size"], is_symmetric=True,
+                                 accuracy_level=level, nodes_to_exclude=exclude)
+        q.process()
+        save_model(q.model.model, out)
+        return out
+    if route == "fp16":
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        m = convert_float_to_float16(model, keep_io_types=config["fp16_keep_io_types"],
+                                     op_block_list=FP16_BLOCK_LISTS[config["fp16_block_list"]] or None)
+        save_model(m, out)
+        return out
+    raise ValueError(f"unknown precision route {route!r}")

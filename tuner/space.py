@@ -1,0 +1,239 @@
+"""Space files: load and validate YAML, turn a trial (or --set values) into a normalized config and key."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import yaml
+
+from .errors import UserError
+
+SPACES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "search_spaces")
+DEFAULT_SPACE = os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml")
+TYPES = {"categorical", "bool", "int", "float"}
+PARAM_KEYS = {"type", "choices", "low", "high", "log", "default", "when"}
+OVERRIDE_KEYS = {"when", "op_types", "granularity", "group_pattern"}
+
+
+@dataclass
+class Param:
+    name: str
+    type: str
+    default: Any
+    choices: list | None = None
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    when: dict[str, list] = field(default_factory=dict)
+
+
+@dataclass
+class LayerOverride:
+    name: str
+    when: dict[str, list]
+    op_types: list[str]
+    granularity: str = "node"
+    group_pattern: str | None = None
+
+
+@dataclass
+class Space:
+    path: str
+    name: str
+    backend: str
+    params: list[Param]
+    overrides: list[LayerOverride]
+
+
+def _cores(v):
+    return os.cpu_count() or 1 if v == "cores" else v
+
+
+def load_space(path: str | None = None) -> Space:
+    path = path or DEFAULT_SPACE
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such space file; built-in spaces are in {SPACES_DIR}")
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+
+    def fail(where: str, problem: str):
+        raise UserError(f"{path}: {where}: {problem}")
+
+    if not isinstance(doc, dict):
+        fail("top level", "expected a mapping with name, backend, parameters")
+    unknown = set(doc) - {"name", "backend", "parameters", "layer_overrides"}
+    if unknown:
+        fail("top level", f"unknown key(s) {sorted(unknown)}; allowed: name, backend, parameters, layer_overrides")
+    if not isinstance(doc.get("parameters"), dict) or not doc["parameters"]:
+        fail("parameters", "missing or empty; expected a mapping of parameter name -> definition")
+    params: list[Param] = []
+    for name, d in doc["parameters"].items():
+        where = f"parameters.{name}"
+        if not isinstance(d, dict):
+            fail(where, "expected a mapping with type, choices or low/high, default")
+        bad = set(d) - PARAM_KEYS
+        if bad:
+            fail(where, f"unknown key(s) {sorted(bad)}; allowed: {sorted(PARAM_KEYS)}")
+        t = d.get("type")
+        if t not in TYPES:
+            fail(f"{where}.type", f"{t!r} is not one of {sorted(TYPES)}")
+        p = Param(name, t, _cores(d.get("default")), d.get("choices"), _cores(d.get("low")), _cores(d.get("high")), bool(d.get("log", False)), d.get("when") or {})
+        if t == "bool":
+            p.choices = [False, True]
+            if p.default is None:
+                p.default = False
+        if t == "categorical" and (not isinstance(p.choices, list) or not p.choices):
+            fail(f"{where}.choices", "a categorical parameter needs a non-empty list of choices")
+        if t in ("int", "float"):
+            for k in ("low", "high"):
+                if not isinstance(getattr(p, k), (int, float)) or isinstance(getattr(p, k), bool):
+                    fail(f"{where}.{k}", f"needs a number (or 'cores'), got {getattr(p, k)!r}")
+            if p.low > p.high:
+                fail(where, f"low {p.low} > high {p.high}")
+            if t == "int" and not (isinstance(p.default, int) and p.low <= p.default <= p.high) and p.default is not None:
+                p.default = max(p.low, min(p.high, int(p.default)))
+        if p.default is None:
+            fail(f"{where}.default", "missing; give the backend's own heuristic default")
+        if p.choices is not None and p.default not in p.choices:
+            fail(f"{where}.default", f"{p.default!r} is not one of the choices {p.choices}")
+        params.append(p)
+    names = {p.name for p in params}
+    seen: set[str] = set()
+    for p in params:
+        _check_when(fail, f"parameters.{p.name}.when", p.when, names, seen, params)
+        seen.add(p.name)
+    overrides = []
+    for oname, d in (doc.get("layer_overrides") or {}).items():
+        where = f"layer_overrides.{oname}"
+        if not isinstance(d, dict):
+            fail(where, "expected a mapping")
+        bad = set(d) - OVERRIDE_KEYS
+        if bad:
+            fail(where, f"unknown key(s) {sorted(bad)}; allowed: {sorted(OVERRIDE_KEYS)}")
+        gran = d.get("granularity", "node")
+        if gran not in ("node", "group"):
+            fail(f"{where}.granularity", f"{gran!r} is not node or group")
+        if gran == "group":
+            try:
+                re.compile(d.get("group_pattern") or "")
+            except re.error as exc:
+                fail(f"{where}.group_pattern", f"not a valid regular expression: {exc}")
+            if not d.get("group_pattern"):
+                fail(f"{where}.group_pattern", "granularity group needs a group_pattern with one capture group")
+        ops = d.get("op_types")
+        if not isinstance(ops, list) or not ops:
+            fail(f"{where}.op_types", "needs a non-empty list of ONNX op types")
+        _check_when(fail, f"{where}.when", d.get("when") or {}, names, names, params)
+        overrides.append(LayerOverride(oname, d.get("when") or {}, ops, gran, d.get("group_pattern")))
+    return Space(path, str(doc.get("name", os.path.basename(path))), str(doc.get("backend", "onnxruntime")), params, overrides)
+
+
+def _check_when(fail, where, when, names, earlier, params):
+    if not isinstance(when, dict):
+        fail(where, "expected a mapping {PARAM: [VALUES]}")
+    by_name = {p.name: p for p in params}
+    for dep, values in when.items():
+        if dep not in names:
+            fail(where, f"condition on unknown parameter {dep!r}")
+        if dep not in earlier:
+            fail(where, f"condition on {dep!r}, which must be defined above it")
+        vals = values if isinstance(values, list) else [values]
+        choices = by_name[dep].choices
+        if choices is not None:
+            for v in vals:
+                if v not in choices:
+                    fail(where, f"{dep}={v!r} is not one of its choices {choices}")
+        when[dep] = vals
+
+
+def _active(when: dict[str, list], config: dict) -> bool:
+    return all(dep in config and config[dep] in vals for dep, vals in when.items())
+
+
+def layer_candidates(override: LayerOverride, graph_nodes: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """Per-layer parameter suffix -> the node names it controls, from (node name, op type) pairs."""
+    out: dict[str, list[str]] = {}
+    for name, op in graph_nodes:
+        if op not in override.op_types:
+            continue
+        if override.granularity == "group":
+            m = re.search(override.group_pattern, name)
+            key = m.group(1) if m and m.groups() else (m.group(0) if m else None)
+            if key is None:
+                continue
+        else:
+            key = name
+        out.setdefault(key, []).append(name)
+    return out
+
+
+def parse_set(items: list[str] | None, space: Space) -> dict[str, Any]:
+    """`--set key=value`: values parsed as YAML scalars and checked against the parameter."""
+    by_name = {p.name: p for p in space.params}
+    out = {}
+    for item in items or []:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise UserError(f"--set {item!r}: expected KEY=VALUE")
+        value = yaml.safe_load(v)
+        if k in by_name:
+            p = by_name[k]
+            if p.choices is not None and value not in p.choices:
+                raise UserError(f"--set {k}={v}: not one of {p.choices}")
+            if p.type in ("int", "float") and not (isinstance(value, (int, float)) and p.low <= value <= p.high):
+                raise UserError(f"--set {k}={v}: needs a number in [{p.low}, {p.high}]")
+        elif not any(k.startswith(o.name + "/") for o in space.overrides):
+            raise UserError(f"--set {k}: unknown parameter; see `tuner space MODEL` for the list")
+        out[k] = value
+    return out
+
+
+Chooser = Callable[[Param], Any]
+
+
+def normalize(space: Space, choose: Chooser, graph_nodes: list[tuple[str, str]]) -> dict[str, Any]:
+    """Walk the space in order, asking `choose` only for active parameters.
+
+    Returns the normalized config: active parameters with values, and per override the sorted
+    list of node names kept in float. Inactive parameters are dropped, so equal builds get equal keys.
+    """
+    config: dict[str, Any] = {}
+    for p in space.params:
+        if _active(p.when, config):
+            config[p.name] = choose(p)
+    for o in space.overrides:
+        if not _active(o.when, config):
+            continue
+        kept: list[str] = []
+        for suffix, nodes in layer_candidates(o, graph_nodes).items():
+            if choose(Param(f"{o.name}/{suffix}", "bool", False, [False, True])):
+                kept += nodes
+        config[o.name] = sorted(kept)
+    return config
+
+
+def defaults_chooser(overrides: dict[str, Any] | None = None) -> Chooser:
+    overrides = overrides or {}
+    return lambda p: overrides.get(p.name, p.default)
+
+
+def trial_chooser(trial) -> Chooser:
+    def choose(p: Param):
+        if p.type in ("categorical", "bool"):
+            return trial.suggest_categorical(p.name, p.choices)
+        if p.type == "int":
+            return trial.suggest_int(p.name, int(p.low), int(p.high), log=p.log)
+        return trial.suggest_float(p.name, float(p.low), float(p.high), log=p.log)
+
+    return choose
+
+
+def config_key(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
