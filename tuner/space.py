@@ -76,11 +76,7 @@ def load_space(path: str | None = None) -> Space:
     params: list[Param] = []
     for name, d in doc["parameters"].items():
         where = f"parameters.{name}"
-        if not isinstance(d, dict):
-            fail(where, "expected a mapping with type, choices or low/high, default")
-        bad = set(d) - PARAM_KEYS
-        if bad:
-            fail(where, f"unknown key(s) {sorted(bad)}; allowed: {sorted(PARAM_KEYS)}")
+        _check_entry(fail, where, d, PARAM_KEYS, "a mapping with type, choices or low/high, default")
         t = d.get("type")
         if t not in TYPES:
             fail(f"{where}.type", f"{t!r} is not one of {sorted(TYPES)}")
@@ -110,13 +106,12 @@ def load_space(path: str | None = None) -> Space:
         _check_when(fail, f"parameters.{p.name}.when", p.when, names, seen, params)
         seen.add(p.name)
     overrides = []
-    for oname, d in (doc.get("layer_overrides") or {}).items():
+    layer_overrides = doc.get("layer_overrides") or {}
+    if not isinstance(layer_overrides, dict):
+        fail("layer_overrides", "expected a mapping of override name -> definition")
+    for oname, d in layer_overrides.items():
         where = f"layer_overrides.{oname}"
-        if not isinstance(d, dict):
-            fail(where, "expected a mapping")
-        bad = set(d) - OVERRIDE_KEYS
-        if bad:
-            fail(where, f"unknown key(s) {sorted(bad)}; allowed: {sorted(OVERRIDE_KEYS)}")
+        _check_entry(fail, where, d, OVERRIDE_KEYS, "a mapping with when, op_types, granularity")
         gran = d.get("granularity", "node")
         if gran not in ("node", "group"):
             fail(f"{where}.granularity", f"{gran!r} is not node or group")
@@ -133,6 +128,15 @@ def load_space(path: str | None = None) -> Space:
         _check_when(fail, f"{where}.when", d.get("when") or {}, names, names, params)
         overrides.append(LayerOverride(oname, d.get("when") or {}, ops, gran, d.get("group_pattern")))
     return Space(path, str(doc.get("name", os.path.basename(path))), str(doc.get("backend", "onnxruntime")), params, overrides)
+
+
+def _check_entry(fail, where: str, entry, allowed: set[str], expected: str) -> None:
+    """One entry of a space file section: a mapping whose keys are all known."""
+    if not isinstance(entry, dict):
+        fail(where, f"expected {expected}")
+    bad = set(entry) - allowed
+    if bad:
+        fail(where, f"unknown key(s) {sorted(bad)}; allowed: {sorted(allowed)}")
 
 
 def _check_when(fail, where, when, names, earlier, params):
