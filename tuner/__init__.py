@@ -1,2 +1,13 @@
 """engine-tuner: search the build space of an ONNX model for the fastest engine that is accurate enough."""
 __version__ = "0.1.0"
+
+_API = ("tune", "load_study", "select", "export")
+
+
+def __getattr__(name):
+    # Lazy, so `import tuner` (and the CLI's start-up) does not pay for Optuna and ONNX Runtime.
+    if name in _API:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(name)

@@ -228,8 +228,12 @@ def defaults_chooser(overrides: dict[str, Any] | None = None) -> Chooser:
     return lambda p: overrides.get(p.name, p.default)
 
 
-def trial_chooser(trial) -> Chooser:
+def trial_chooser(trial, only: set[str] | None = None) -> Chooser:
+    """Ask the Optuna trial; with `only`, parameters outside it keep their default (the grid sampler)."""
+
     def choose(p: Param):
+        if only is not None and p.name not in only:
+            return p.default
         if p.type in ("categorical", "bool"):
             return trial.suggest_categorical(p.name, p.choices)
         if p.type == "int":
@@ -237,6 +241,30 @@ def trial_chooser(trial) -> Chooser:
         return trial.suggest_float(p.name, float(p.low), float(p.high), log=p.log)
 
     return choose
+
+
+def trial_params(space: Space, choose: Chooser, graph_nodes: list[tuple[str, str]]) -> dict[str, Any]:
+    """The Optuna parameters (per-layer booleans included) that normalize() asks for: what to enqueue."""
+    asked: dict[str, Any] = {}
+
+    def recording(p: Param):
+        asked[p.name] = choose(p)
+        return asked[p.name]
+
+    normalize(space, recording, graph_nodes)
+    return asked
+
+
+def grid_values(p: Param) -> list:
+    """A coarse grid of one parameter: every choice; for numbers the ends, the middle and the default."""
+    if p.choices is not None:
+        return list(p.choices)
+    if p.type == "int":
+        lo, hi = int(p.low), int(p.high)
+        if hi - lo < 6:
+            return list(range(lo, hi + 1))
+        return sorted({lo, (lo + hi) // 2, hi, int(p.default)})
+    return sorted({float(p.low), float(p.high), float(p.default)})
 
 
 def config_key(config: dict[str, Any]) -> str:

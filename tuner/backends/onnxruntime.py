@@ -43,9 +43,24 @@ def reference_session(model_path: str) -> ort.InferenceSession:
     return make_session(model_path, {"graph_optimization_level": "disabled"})
 
 
+_ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
+
+
+def adapt_feed(session: ort.InferenceSession, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Cast float inputs to the engine's input types (an fp16 engine without fp32 I/O takes float16)."""
+    want = {i.name: _ORT_DTYPES.get(i.type) for i in session.get_inputs()}
+    return {k: v.astype(want[k]) if want.get(k) is not None and v.dtype != want[k] and v.dtype.kind == "f" else v
+            for k, v in batch.items()}
+
+
 def run_batches(session: ort.InferenceSession, batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """Outputs per batch, float outputs as float32 so every engine compares against the same reference."""
     names = [o.name for o in session.get_outputs()]
-    return [dict(zip(names, session.run(None, b))) for b in batches]
+    out = []
+    for b in batches:
+        values = session.run(None, adapt_feed(session, b))
+        out.append({n: v.astype(np.float32) if v.dtype == np.float16 else v for n, v in zip(names, values)})
+    return out
 
 
 def write_engine(out_dir: str, model_path: str, settings: dict[str, Any]) -> str:

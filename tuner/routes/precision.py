@@ -1,7 +1,9 @@
 """Precision routes realized with ONNX Runtime's own quantization tooling."""
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import logging
 import os
 from typing import Any
@@ -12,6 +14,12 @@ from ..data import Batch
 from ..model import ensure_opset, save_model
 
 QUANTIZING_ROUTES = ("int8-dynamic", "int8-static", "int4-weight")
+# A route option that a (smaller) space file leaves out takes ONNX Runtime's own default.
+ROUTE_DEFAULTS = {
+    "dyn_per_channel": False, "dyn_reduce_range": False, "dyn_weight_type": "QInt8",
+    "calibration_method": "MinMax", "static_per_channel": False, "activation_type": "QUInt8", "weight_type": "QInt8",
+    "int4_accuracy_level": 0, "int4_block_size": 128, "fp16_keep_io_types": True, "fp16_block_list": "none",
+}
 FP16_BLOCK_LISTS = {"none": [], "norms": ["LayerNormalization"], "norms_softmax": ["LayerNormalization", "Softmax"]}
 
 logging.getLogger("onnxruntime.quantization").setLevel(logging.ERROR)
@@ -33,10 +41,29 @@ class _Reader:
         return next(self._it, None)
 
 
+@contextlib.contextmanager
+def _quiet_tools():
+    """ORT's quantizers print calibration progress and warn through the root logger; keep the CLI readable."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        root.setLevel(level)
+
+
 def apply_precision(
     model: onnx.ModelProto, config: dict[str, Any], workdir: str, calib: list[Batch], cache_dir: str, calib_key: str
 ) -> str:
     """Write the transformed model under workdir and return its path."""
+    with _quiet_tools():
+        return _apply(model, config, workdir, calib, cache_dir, calib_key)
+
+
+def _apply(model, config, workdir, calib, cache_dir, calib_key) -> str:
+    config = ROUTE_DEFAULTS | config
     route = config.get("precision", "fp32")
     # ORT's int4 and fp16 converters edit the proto in place: never let them touch the shared original.
     model = copy.deepcopy(model)

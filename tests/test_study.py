@@ -1,0 +1,162 @@
+"""Real studies on the demo model: real ONNX Runtime builds in child processes, real SQLite files."""
+import json
+import os
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tuner.cli import main
+from tuner.demo import write_demo_model
+from tuner.errors import UserError
+from tuner.measure.latency import LatencyProtocol
+from tuner.study import TuneOptions, is_feasible
+from tuner.tune import tune
+
+FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=1)
+
+
+def options(tmp_path, model=None, **kw):
+    base = dict(study="s", model=model, storage=f"sqlite:///{tmp_path}/s.db", shapes=["x=2x64x256"],
+                require="cos<=0.005", seed=0, protocol=FAST, progress=False, quiet=True, top_k=2)
+    base.update(kw)
+    return TuneOptions(**base)
+
+
+def trials(tmp_path, name="s"):
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/s.db").trials
+
+
+def test_study_finds_a_winner_and_resumes(demo_path, tmp_path):
+    opts = options(tmp_path, demo_path, n_trials=4, enqueue=["precision=int8-dynamic"])
+    first = tune(opts)
+    study = first.study
+    before = [t.values for t in study.trials]
+    assert len(before) == 4
+    base = [t for t in study.trials if t.user_attrs.get("baseline")]
+    assert [t.number for t in base] == [0] and base[0].params["precision"] == "fp32"
+    assert study.trials[1].params["precision"] == "int8-dynamic"
+    winner = first.winner
+    assert winner is not None and winner["speedup"] >= 1.0
+    assert winner["confirmed_metrics"]["cos"] <= 0.005
+    assert study.user_attrs["winner"]["trial"] == winner["trial"]
+    settings = study.user_attrs["tuner_settings"]
+    assert settings["require"] == "cos<=0.005" and settings["sampler"] == "tpe"
+    assert settings["sampler_options"]["multivariate"] is True and settings["sampler_options"]["group"] is True
+    for t in study.trials:
+        assert t.state == TrialState.COMPLETE
+        assert set(t.user_attrs) >= {"config", "build_key", "latency", "metrics", "build_s", "engine_bytes", "machine"}
+        assert set(t.constraints) == {"cos<=0.005"}
+
+    again = tune(TuneOptions(study="s", storage=opts.storage, n_trials=2, protocol=FAST, progress=False,
+                             quiet=True, select=False))
+    after = again.study.trials
+    assert len(after) == 6
+    assert [t.number for t in after if t.user_attrs.get("baseline")] == [0]
+    assert [t.values for t in after[:4]] == before
+
+
+def test_settings_mismatch_is_refused(demo_path, tmp_path):
+    tune(options(tmp_path, demo_path, n_trials=1, select=False))
+    other = write_demo_model(str(tmp_path / "other.onnx"), outliers=1)
+    with pytest.raises(UserError, match="model_path"):
+        tune(options(tmp_path, other, n_trials=1))
+    with pytest.raises(UserError, match="require"):
+        tune(options(tmp_path, require="cos<=0.5", n_trials=1))
+    assert len(trials(tmp_path)) == 1
+    tune(options(tmp_path, other, n_trials=1, force=True, select=False))
+    assert len(trials(tmp_path)) == 2
+
+
+SMALL_SPACE = """
+name: small
+backend: onnxruntime
+parameters:
+  precision: {type: categorical, choices: [fp32, int8-dynamic], default: fp32}
+  dyn_per_channel: {type: bool, default: false, when: {precision: [int8-dynamic]}}
+"""
+
+
+def test_repeated_config_is_reused_not_rebuilt(demo_path, tmp_path):
+    # The grid fixes dyn_per_channel for fp32 too, where it is inactive: two grid points, one build.
+    space = tmp_path / "small.yaml"
+    space.write_text(SMALL_SPACE)
+    result = tune(options(tmp_path, demo_path, space=str(space), sampler="grid", n_trials=6, select=False))
+    done = result.study.trials
+    assert len(done) == 5  # the baseline, then the 4 grid points; the grid then stops the study
+    by_key = {}
+    for t in done:
+        by_key.setdefault(t.user_attrs["build_key"], []).append(t)
+    assert len(by_key) == 3
+    for group in by_key.values():
+        built = [t for t in group if "reused_from" not in t.user_attrs]
+        assert len(built) == 1 and "timing_window" in built[0].user_attrs
+        for t in group[1:]:
+            assert t.user_attrs["reused_from"] == built[0].number and "timing_window" not in t.user_attrs
+            assert t.values == built[0].values and t.constraints == built[0].constraints
+
+
+def test_failing_build_fails_only_its_trial(demo_path, tmp_path):
+    space = tmp_path / "bad.yaml"
+    text = open(os.path.join(os.path.dirname(__file__), "..", "search_spaces", "onnxruntime-cpu.yaml")).read()
+    space.write_text(text.replace("choices: [32, 64, 128], default: 128", "choices: [7, 128], default: 128"))
+    result = tune(options(tmp_path, demo_path, space=str(space), n_trials=3, select=False,
+                          enqueue=["precision=int4-weight,int4_block_size=7", "precision=int8-dynamic"]))
+    states = [t.state for t in result.study.trials]
+    assert states == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE]
+    assert "block" in result.study.trials[1].user_attrs["fail_reason"].lower()
+
+
+def test_infeasible_trials_never_win_and_nothing_feasible_says_so(demo_path, tmp_path, capsys):
+    result = tune(options(tmp_path, demo_path, require="rel_l2<=-1", n_trials=2, enqueue=["precision=int8-dynamic"]))
+    assert all(t.constraints["rel_l2<=-1"] > 0 and not is_feasible(t) for t in result.study.trials)
+    assert result.winner is None
+    best = result.study.user_attrs["best_effort"]
+    assert best["trial"] == 0  # fp32: the least violation
+    url = f"sqlite:///{tmp_path}/s.db"
+    assert main(["export", "--study", "s", "--storage", url, "--out", str(tmp_path / "x")]) == 2
+    assert "--best-effort" in capsys.readouterr().err
+    assert main(["export", "--study", "s", "--storage", url, "--out", str(tmp_path / "x"), "--best-effort"]) == 0
+    report = json.loads((tmp_path / "x" / "report.json").read_text())
+    assert report["kind"].startswith("best-effort") and report["meets_requirement"] is False
+    assert os.path.isfile(tmp_path / "x" / "engine" / "model.onnx")
+
+
+def test_strict_requirement_filters_the_winner(demo_path, tmp_path):
+    result = tune(options(tmp_path, demo_path, require="cos<=1e-6", n_trials=2, enqueue=["precision=int8-dynamic"]))
+    quantized = result.study.trials[1]
+    assert quantized.constraints["cos<=1e-06"] > 0
+    assert result.winner["trial"] != 1 and result.winner["config"]["precision"] != "int8-dynamic"
+
+
+def test_cli_tune_status_select_export(demo_path, tmp_path, capsys):
+    url = f"sqlite:///{tmp_path}/s.db"
+    common = ["--study", "s", "--storage", url]
+    assert main(["tune", demo_path, *common, "--shape", "x=2x64x256", "--require", "cos<=0.005", "--n-trials", "2",
+                 "--quiet", "--max-timing-s", "1", "--enqueue", "precision=int8-dynamic"]) == 0
+    out = capsys.readouterr().out
+    assert "winner: trial" in out
+    assert main(["status", *common]) == 0
+    status = capsys.readouterr().out
+    assert "complete 2" in status and "baseline: trial 0" in status and "winner: trial" in status
+    assert main(["studies", "--storage", url]) == 0
+    assert "s " in capsys.readouterr().out
+    assert main(["export", *common, "--out", str(tmp_path / "w")]) == 0
+    report = json.loads((tmp_path / "w" / "report.json").read_text())
+    assert report["kind"] == "winner" and report["meets_requirement"] and report["rebuilt_matches_stored"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tune", "--study", "nope", "--n-trials", "1"], "needs the model"),
+    (["tune", "MODEL", "--study", "s"], "give a budget"),
+    (["tune", "MODEL", "--study", "s", "--n-trials", "1", "--sampler", "bayes"], "--sampler bayes"),
+    (["tune", "MODEL", "--study", "s", "--n-trials", "1", "--objectives", "speed"], "--objectives speed"),
+    (["tune", "MODEL", "--study", "s", "--n-trials", "1", "--storage", "redis://x"], "unknown kind"),
+    (["status", "--study", "ghost"], "no study 'ghost'"),
+])
+def test_cli_tune_errors(argv, message, demo_path, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = [demo_path if a == "MODEL" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

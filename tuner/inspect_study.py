@@ -1,0 +1,76 @@
+"""`tuner status` and `tuner studies`: what a study holds, read-only."""
+from __future__ import annotations
+
+import os
+
+import optuna
+from optuna.trial import TrialState
+
+from .storage import local_path
+from .study import SETTINGS_ATTR, baseline_trial, best_feasible, is_feasible, latency_of
+
+
+def _dir_bytes(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files if os.path.isfile(os.path.join(root, f)))
+    return total
+
+
+def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) -> list[str]:
+    trials = study.get_trials(deepcopy=False)
+    settings = study.user_attrs.get(SETTINGS_ATTR, {})
+    by_state: dict[str, int] = {}
+    for t in trials:
+        by_state[t.state.name] = by_state.get(t.state.name, 0) + 1
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    feasible = [t for t in done if is_feasible(t)]
+    reused = sum(1 for t in done if "reused_from" in t.user_attrs)
+    lines = [f"study {study.study_name} in {url}",
+             f"model {settings.get('model_path')} (hash {settings.get('model_hash')}), requirement {settings.get('require') or 'none'}, "
+             f"objectives {settings.get('objectives')}, sampler {settings.get('sampler')}",
+             "trials: " + (", ".join(f"{k.lower()} {v}" for k, v in sorted(by_state.items())) or "none")
+             + f"; feasible {len(feasible)}, infeasible {len(done) - len(feasible)}, reused {reused}"]
+    base, best = baseline_trial(study), best_feasible(study)
+    if base is not None:
+        lines.append(f"baseline: trial {base.number}, {latency_of(base):.2f} ms")
+    if best is not None:
+        speed = f" ({latency_of(base) / latency_of(best):.2f}x baseline)" if base is not None else ""
+        lines.append(f"best feasible: trial {best.number}, {latency_of(best):.2f} ms{speed}, precision {best.user_attrs['config'].get('precision')}")
+    elif done:
+        lines.append("best feasible: none - no trial meets the requirement yet")
+    if done and len(study.directions) > 1:
+        lines.append(f"Pareto set: {len(study.best_trials)} trials")
+    winner = study.user_attrs.get("winner")
+    if winner:
+        lines.append(f"winner: trial {winner['trial']}, {winner['confirmed_latency']['median_ms']:.2f} ms confirmed"
+                     + (f", {winner['speedup']:.2f}x baseline" if winner.get("speedup") else ""))
+    else:
+        lines.append("winner: none selected" + (" (best effort stored)" if study.user_attrs.get("best_effort") else ""))
+    machines: dict[str, int] = {}
+    for t in done:
+        cpu = (t.user_attrs.get("machine") or {}).get("cpu", "?")
+        machines[cpu] = machines.get(cpu, 0) + 1
+    if len(machines) > 1:
+        lines.append("trials per machine: " + "; ".join(f"{k}: {v}" for k, v in machines.items()))
+    path = local_path(url)
+    disk = []
+    if path and os.path.isfile(path):
+        disk.append(f"database {os.path.getsize(path) / 1e6:.1f} MB")
+    if engines_dir and os.path.isdir(engines_dir):
+        disk.append(f"engines {_dir_bytes(engines_dir) / 1e6:.1f} MB in {engines_dir}")
+    if disk:
+        lines.append("disk: " + ", ".join(disk))
+    return lines
+
+
+def studies_rows(url: str, storage) -> list[str]:
+    rows = []
+    for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        study = optuna.load_study(study_name=s.study_name, storage=storage)
+        settings = study.user_attrs.get(SETTINGS_ATTR, {})
+        best = best_feasible(study)
+        best_txt = f"best {latency_of(best):.2f} ms (trial {best.number})" if best else "no feasible trial"
+        rows.append(f"{s.study_name:20s} {s.n_trials:4d} trials  {os.path.basename(settings.get('model_path') or '?'):20s} "
+                    f"{best_txt}  [{url}]")
+    return rows

@@ -1,0 +1,27 @@
+"""Exclusive timing per device across processes: an flock on a file, released by the kernel if the holder dies."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+from typing import Iterator
+
+
+def default_lock_path(device: str = "cpu") -> str:
+    """One lock per device and user on this machine, shared by every study and worker."""
+    return os.path.join(tempfile.gettempdir(), f"engine-tuner-{os.getuid()}-{device}.lock")
+
+
+@contextlib.contextmanager
+def device_lock(path: str | None) -> Iterator[None]:
+    """Hold the lock at `path` for the duration; no-op when path is None."""
+    if path is None:
+        yield
+        return
+    with open(path, "a+") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

@@ -1,0 +1,79 @@
+"""What `tune` shows while it runs: a live line (rich) on a terminal, one log line per trial otherwise."""
+from __future__ import annotations
+
+import sys
+import time
+
+from optuna.trial import TrialState
+
+from .study import baseline_trial, best_feasible, is_feasible, latency_of
+
+
+def _fmt_s(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class TrialProgress:
+    """An Optuna callback that reports each finished trial. Use as a context manager."""
+
+    def __init__(self, n_trials: int | None, timeout: float | None, live: bool, quiet: bool = False):
+        """live: a rich display when stderr is a terminal; quiet (or no terminal): log lines."""
+        self.n_trials, self.timeout = n_trials, timeout
+        self.live = live and not quiet and sys.stderr.isatty()
+        self.done = 0
+        self.start = time.monotonic()
+        self._progress = None
+        self._task = None
+
+    def __enter__(self):
+        if self.live:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self._progress = Progress(TextColumn("trial"), MofNCompleteColumn(), BarColumn(), TimeElapsedColumn(),
+                                      TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.description}"),
+                                      transient=False)
+            self._progress.start()
+            self._task = self._progress.add_task("starting (trial 0 is the baseline)", total=self.n_trials)
+        return self
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.stop()
+
+    def summary(self, study) -> str:
+        trials = study.get_trials(deepcopy=False)
+        done = [t for t in trials if t.state == TrialState.COMPLETE]
+        feasible = sum(1 for t in done if is_feasible(t))
+        failed = sum(1 for t in trials if t.state == TrialState.FAIL)
+        best, base = best_feasible(study), baseline_trial(study)
+        if best is None:
+            best_txt = "no feasible trial yet"
+        else:
+            speed = f" ({latency_of(base) / latency_of(best):.2f}x baseline)" if base else ""
+            best_txt = f"best {latency_of(best):.2f} ms{speed} #{best.number}"
+        return f"{best_txt} | feasible {feasible}, infeasible {len(done) - feasible}, failed {failed}"
+
+    def _eta(self) -> str:
+        elapsed = time.monotonic() - self.start
+        if self.n_trials:
+            return _fmt_s(elapsed / max(self.done, 1) * (self.n_trials - self.done))
+        if self.timeout:
+            return _fmt_s(max(0.0, self.timeout - elapsed))
+        return "?"
+
+    def __call__(self, study, trial) -> None:
+        self.done += 1
+        text = self.summary(study)
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, description=text)
+        else:  # --quiet or not a terminal: one log line per trial
+            state = trial.state.name.lower()
+            if trial.state == TrialState.COMPLETE:
+                state = ("reused #%d" % trial.user_attrs["reused_from"]) if "reused_from" in trial.user_attrs else (
+                    f"{latency_of(trial):.2f} ms, {'feasible' if is_feasible(trial) else 'infeasible'}")
+            elif "fail_reason" in trial.user_attrs:
+                state += f": {trial.user_attrs['fail_reason']}"
+            total = f"/{self.n_trials}" if self.n_trials else ""
+            print(f"[{_fmt_s(time.monotonic() - self.start)} ETA {self._eta()}] trial {trial.number} "
+                  f"({self.done}{total}) {state} | {text}", file=sys.stderr, flush=True)

@@ -1,0 +1,71 @@
+"""Optuna storages behind one URL: SQLite (one process), a journal file (several local processes),
+PostgreSQL/MySQL (many hosts). Every command that takes --storage goes through open_storage."""
+from __future__ import annotations
+
+import glob
+import os
+import sqlite3
+from urllib.parse import urlsplit
+
+import optuna
+
+from .errors import UserError
+
+STUDIES_DIR = "studies"
+JOURNAL_PREFIX = "journal:///"
+
+
+def default_url(study: str) -> str:
+    return f"sqlite:///{STUDIES_DIR}/{study}.db"
+
+
+def local_path(url: str) -> str | None:
+    """The file behind a SQLite or journal URL; None for a database server."""
+    if url.startswith("sqlite:///"):
+        return url[len("sqlite:///"):]
+    if url.startswith(JOURNAL_PREFIX):
+        return url[len(JOURNAL_PREFIX):]
+    return None
+
+
+def _server_hint(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.hostname or 'localhost'}:{parts.port or 'default port'}"
+
+
+def open_storage(url: str, heartbeat: bool = False) -> optuna.storages.BaseStorage:
+    """Open (creating where it is a file) the storage at url, or raise a one-line UserError."""
+    path = local_path(url)
+    if path is not None:
+        parent = os.path.dirname(path)
+        try:
+            if parent:
+                os.makedirs(parent, exist_ok=True)
+            if url.startswith(JOURNAL_PREFIX):
+                from optuna.storages.journal import JournalFileBackend
+
+                return optuna.storages.JournalStorage(JournalFileBackend(path))
+            # WAL lets readers (status, report) look at a study while the tuner writes it; it is
+            # a property of the file, so set once here.
+            with sqlite3.connect(path, timeout=60) as con:
+                con.execute("PRAGMA journal_mode=WAL")
+            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+        except (OSError, sqlite3.Error) as exc:
+            raise UserError(f"--storage {url}: cannot open {path}: {exc}") from None
+    scheme = url.split(":", 1)[0]
+    if not scheme.startswith(("postgresql", "mysql")):
+        raise UserError(f"--storage {url}: unknown kind; use sqlite:///FILE.db, {JOURNAL_PREFIX}FILE.log or postgresql+psycopg://user:pw@host:5432/db")
+    kwargs = {"heartbeat_interval": 30, "grace_period": 120} if heartbeat else {}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, **kwargs)
+    except ModuleNotFoundError as exc:
+        raise UserError(f"--storage {scheme}: driver missing ({exc.name}); pip install \"engine-tuner[postgres]\"") from None
+    except Exception as exc:  # SQLAlchemy's OperationalError and friends: say where and what to check
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"--storage: cannot reach the database at {_server_hint(url)} ({first}); "
+                        "check that the server runs, the host and port, the user, password and database name") from None
+
+
+def local_storage_urls() -> list[str]:
+    """The default storages of this directory: one SQLite file per study under studies/."""
+    return [f"sqlite:///{p}" for p in sorted(glob.glob(os.path.join(STUDIES_DIR, "*.db")))]

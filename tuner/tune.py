@@ -1,0 +1,123 @@
+"""`tuner tune`: open or resume the study, recover from a dead run, optimize, then select the winner."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import TrialState
+
+from .errors import UserError
+from .progress import TrialProgress
+from .select import select_winner
+from .storage import local_path
+from .study import Objective, StudyContext, TuneOptions, best_feasible, enqueue_initial, is_feasible, latency_of, open_study
+from .isolate import TrialFailure
+
+
+@dataclass
+class TuneResult:
+    study: optuna.Study
+    winner: dict | None
+    trials_run: int
+
+
+@contextlib.contextmanager
+def study_run_lock(url: str, study: str):
+    """Held while this process tunes a study in a local file. Yields True when nobody else holds it,
+    i.e. trials left RUNNING are from a dead process."""
+    path = local_path(url)
+    if path is None:  # database servers: heartbeats find the dead instead
+        yield False
+        return
+    with open(f"{path}.{study}.lock", "a+") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def recover_stale_trials(study: optuna.Study) -> list[int]:
+    """Fail trials a killed process left RUNNING and queue their configs once more."""
+    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for t in stale:
+        study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+        study._storage.set_trial_user_attr(t._trial_id, "fail_reason", "the tuning process died during this trial")
+        if "retry_of" not in t.user_attrs:
+            study.enqueue_trial(t.params, user_attrs={"retry_of": t.number} | (
+                {"baseline": True} if t.user_attrs.get("baseline") else {}))
+    return [t.number for t in stale]
+
+
+class StopAfterNoImprovement:
+    """Stop once N finished trials in a row have not improved the best feasible latency."""
+
+    def __init__(self, patience: int):
+        self.patience = patience
+        self.best = float("inf")
+        self.since = 0
+
+    def __call__(self, study, trial) -> None:
+        if trial.state == TrialState.COMPLETE and is_feasible(trial) and latency_of(trial) < self.best:
+            self.best, self.since = latency_of(trial), 0
+        else:
+            self.since += 1
+        if self.since >= self.patience:
+            study.stop()
+
+
+def run_trials(ctx: StudyContext, opts: TuneOptions) -> int:
+    callbacks = []
+    if opts.stop_after_no_improvement:
+        callbacks.append(StopAfterNoImprovement(opts.stop_after_no_improvement))
+    before = len(ctx.study.trials)
+    with TrialProgress(opts.n_trials, opts.timeout, live=opts.progress, quiet=opts.quiet) as progress:
+        ctx.study.optimize(Objective(ctx, opts), n_trials=opts.n_trials, timeout=opts.timeout,
+                           catch=(TrialFailure,), callbacks=callbacks + [progress], gc_after_trial=False)
+    return len(ctx.study.trials) - before
+
+
+def tune(opts: TuneOptions) -> TuneResult:
+    if opts.n_trials is None and opts.timeout is None:
+        raise UserError("give a budget: --n-trials N and/or --timeout 30m")
+    if opts.n_trials is not None and opts.n_trials < 1:
+        raise UserError(f"--n-trials {opts.n_trials}: needs at least 1")
+    ctx = open_study(opts)
+    with study_run_lock(ctx.url, opts.study) as alone:
+        if alone:
+            recover_stale_trials(ctx.study)
+        enqueue_initial(ctx, opts.enqueue)
+        ran = run_trials(ctx, opts)
+    winner = select_winner(ctx.study, ctx.problem, opts.top_k) if opts.select else ctx.study.user_attrs.get("winner")
+    return TuneResult(ctx.study, winner, ran)
+
+
+def describe_result(result: TuneResult) -> list[str]:
+    """The closing lines of `tune` and `select`."""
+    study, winner = result.study, result.winner
+    lines = []
+    if winner:
+        lat = winner["confirmed_latency"]
+        speed = f", {winner['speedup']:.2f}x the baseline ({winner['baseline_latency']['median_ms']:.2f} ms)" if winner.get("speedup") else ""
+        err = ", ".join(f"{k}={v:.3g}" for k, v in winner["confirmed_metrics"].items() if k in winner["requirement"])
+        lines.append(f"winner: trial {winner['trial']}, {lat['median_ms']:.2f} ms "
+                     f"[95% CI {lat['ci_low_ms']:.2f}, {lat['ci_high_ms']:.2f}]{speed}, {err or 'no requirement'}")
+        lines.append(f"precision {winner['config'].get('precision')}, "
+                     f"{len(winner['config'].get('keep_float', []))} nodes kept in float")
+    elif study.user_attrs.get("winner", False) is None:  # selection ran and found nothing feasible
+        best = study.user_attrs.get("best_effort")
+        lines.append("no trial meets the requirement" + (
+            f"; closest: trial {best['trial']} (violations {best['violations']}), export it with --best-effort" if best else ""))
+    else:
+        lines.append(f"no winner selected yet: tuner select --study {study.study_name}")
+    bf = best_feasible(study)
+    if bf is not None and (not winner or bf.number != winner["trial"]):
+        lines.append(f"fastest feasible in the search: trial {bf.number}, {latency_of(bf):.2f} ms")
+    return lines
