@@ -1,0 +1,130 @@
+"""Benchmark of a tuning study on the demo model (issue 3). Prints figures; asserts nothing.
+
+  python bench/study_bench.py demo --n-trials 30      # winner speedup, trials to within 3% of the best
+  python bench/study_bench.py overhead --n-trials 400 # sampler + storage cost per trial, no builds
+
+`overhead` runs the real sampler (TPE, multivariate, grouped) over the real space of the demo model
+(session options, routes and one keep-float boolean per MatMul) on a real SQLite file, with an
+objective that stores the same user attrs as a real trial but builds nothing, so what it times is
+what the study costs on top of the builds.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import optuna
+
+from tuner.demo import write_demo_model
+from tuner.measure.latency import LatencyProtocol
+from tuner.space import normalize, trial_chooser
+from tuner.study import TuneOptions, baseline_trial, build_key, is_feasible, latency_of, open_study, enqueue_initial
+from tuner.tune import tune
+
+
+def trials_to_within(study: optuna.Study, fraction: float = 0.03) -> tuple[int | None, float | None]:
+    """First trial count whose best feasible latency is within `fraction` of the study's final best."""
+    done = sorted((t for t in study.trials if is_feasible(t)), key=lambda t: t.number)
+    if not done:
+        return None, None
+    best = min(latency_of(t) for t in done)
+    running = float("inf")
+    for t in done:
+        running = min(running, latency_of(t))
+        if running <= best * (1 + fraction):
+            return t.number + 1, best
+    return None, best
+
+
+def bench_demo(args) -> None:
+    work = tempfile.mkdtemp(prefix="bench-demo-")
+    model = write_demo_model(os.path.join(work, "demo.onnx"), outliers=2)
+    opts = TuneOptions(study="bench", model=model, storage=f"sqlite:///{work}/bench.db", shapes=["x=8x64x256"],
+                       require="cos<=0.005", n_trials=args.n_trials, seed=args.seed, quiet=True, progress=False,
+                       protocol=LatencyProtocol(max_seconds=3))
+    t0 = time.perf_counter()
+    result = tune(opts)
+    wall = time.perf_counter() - t0
+    study = result.study
+    base = baseline_trial(study)
+    n_within, best = trials_to_within(study)
+    print(f"demo model, cos<=0.005, {args.n_trials} trials, seed {args.seed}: {wall:.0f} s wall")
+    print(f"  baseline (ORT defaults, fp32): {latency_of(base):.2f} ms in the search")
+    print(f"  best feasible in the search: {best:.2f} ms ({latency_of(base) / best:.2f}x); "
+          f"within 3% of it after {n_within} trials")
+    w = result.winner
+    if w:
+        print(f"  winner after interleaved re-timing: trial {w['trial']} ({w['config'].get('precision')}), "
+              f"{w['confirmed_latency']['median_ms']:.2f} ms vs baseline {w['baseline_latency']['median_ms']:.2f} ms "
+              f"-> {w['speedup']:.2f}x, cos {w['confirmed_metrics']['cos']:.4f}")
+    else:
+        print("  no feasible winner")
+    states = {}
+    for t in study.trials:
+        states[t.state.name] = states.get(t.state.name, 0) + 1
+    print(f"  trials by state: {states}; feasible {sum(is_feasible(t) for t in study.trials)}")
+
+
+def bench_overhead(args) -> None:
+    work = tempfile.mkdtemp(prefix="bench-overhead-")
+    model = write_demo_model(os.path.join(work, "demo.onnx"))
+    opts = TuneOptions(study="overhead", model=model, storage=f"sqlite:///{work}/o.db", shapes=["x=8x64x256"],
+                       require="cos<=0.005", seed=args.seed, quiet=True)
+    ctx = open_study(opts)
+    enqueue_initial(ctx, [])
+    problem = ctx.problem
+    n_bool = sum(1 for k in problem.graph_nodes)
+    stamps: list[float] = []
+
+    def objective(trial):
+        config = normalize(problem.space, trial_chooser(trial), problem.graph_nodes)
+        trial.set_user_attr("config", config)
+        trial.set_user_attr("build_key", build_key(ctx.settings, config))
+        trial.set_user_attr("machine", ctx.settings["machine"])
+        kept = len(config.get("keep_float", []))
+        quant = config["precision"] != "fp32"
+        latency = 30.0 * (0.6 if quant else 1.0) * (1 + 0.02 * kept) * (1.0 / config["intra_op_num_threads"]) ** 0.3
+        error = (0.02 / (1 + kept)) if quant else 1e-7
+        trial.set_user_attr("latency", {"median_ms": latency, "p10_ms": latency, "p90_ms": latency})
+        trial.set_user_attr("metrics", {"cos": error})
+        trial.set_constraint("cos<=0.005", error - 0.005)
+        return latency, error
+
+    def stamp(study, trial):
+        stamps.append(time.perf_counter())
+
+    t0 = time.perf_counter()
+    ctx.study.optimize(objective, n_trials=args.n_trials, callbacks=[stamp])
+    per_trial = [b - a for a, b in zip([t0] + stamps[:-1], stamps)]
+    print(f"sampler + SQLite storage overhead per trial, TPE(multivariate, group), demo space "
+          f"({len(problem.space.params)} params, {n_bool} graph nodes), {args.n_trials} trials:")
+    for lo in range(0, args.n_trials, 100):
+        window = per_trial[lo:lo + 100]
+        if window:
+            print(f"  trials {lo:4d}-{lo + len(window) - 1:4d}: median {1000 * statistics.median(window):7.1f} ms, "
+                  f"max {1000 * max(window):7.1f} ms")
+    print(f"  total {stamps[-1] - t0:.1f} s; database {os.path.getsize(f'{work}/o.db') / 1e6:.1f} MB")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("part", choices=["demo", "overhead"], help="what to measure")
+    ap.add_argument("--n-trials", type=int, default=None, help="trials (default 30 for demo, 400 for overhead)")
+    ap.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    args = ap.parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    if args.part == "demo":
+        args.n_trials = args.n_trials or 30
+        bench_demo(args)
+    else:
+        args.n_trials = args.n_trials or 400
+        bench_overhead(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
