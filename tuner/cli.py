@@ -90,7 +90,7 @@ def _tune_options(args):
         study=args.study, model=args.model, storage=args.storage, space=args.space, data=args.data,
         calib_data=args.calib_data, shapes=args.shape, int_ranges=args.int_range, require=args.require,
         objectives=args.objectives, sampler=args.sampler, seed=args.seed, n_trials=args.n_trials,
-        timeout=args.timeout, enqueue=args.enqueue or [], force=args.force, trial_timeout=args.trial_timeout,
+        timeout=args.timeout, enqueue=args.enqueue or [], force=args.force, trial_timeout=args.trial_timeout, jobs=args.jobs,
         stop_after_no_improvement=args.stop_after_no_improvement, top_k=args.top_k, select=not args.no_select,
         quiet=args.quiet, keep_engines=args.keep_engines, engines_dir=args.engines_dir,
         protocol=LatencyProtocol(max_seconds=args.max_timing_s) if args.max_timing_s else None)
@@ -214,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enqueue", action="append", help="a known config to try early, e.g. precision=int8-dynamic,dyn_per_channel=true (repeatable)")
     p.add_argument("--force", action="store_true", help="accept changed settings (model, space, data, requirement) for an existing study")
     p.add_argument("--trial-timeout", type=parse_duration, default=600.0, help="time limit of one trial's build and measurement (default 600 s)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="worker processes on this study (default 1): builds run in parallel, timing one at a time")
     p.add_argument("--stop-after-no-improvement", type=int, metavar="N", help="stop after N trials without a better feasible latency")
     p.add_argument("--top-k", type=int, default=3, help="candidates re-timed side by side to pick the winner (default 3)")
     p.add_argument("--no-select", action="store_true", help="skip the winner selection at the end")

@@ -39,6 +39,8 @@ def _quiet_child() -> None:
 
 
 def _child(conn, fn: Callable, kwargs: dict) -> None:
+    # Ctrl-C reaches the whole process group: the parent fails the trial and ends this child.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _quiet_child()
 
     def on_phase(name: str) -> None:

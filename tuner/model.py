@@ -132,7 +132,10 @@ def model_hash(path: str) -> str:
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
-    model = onnx.load(path, load_external_data=False)
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception as exc:  # noqa: BLE001  same refusal as load_model
+        raise UserError(f"{path}: not an ONNX model ({type(exc).__name__}); pass an .onnx file") from None
     base = os.path.dirname(os.path.abspath(path))
     locations = sorted(
         {e.value for t in model.graph.initializer for e in t.external_data if e.key == "location"}

@@ -2,6 +2,7 @@
 the baseline trial, reuse of configs already measured, and the stop rules."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -53,6 +54,7 @@ class TuneOptions:
     enqueue: list[str] = field(default_factory=list)
     force: bool = False
     trial_timeout: float = 600.0
+    jobs: int = 1
     stop_after_no_improvement: int | None = None
     top_k: int = 3
     select: bool = True
@@ -152,8 +154,11 @@ def check_inputs(study_name: str, settings: dict) -> None:
                             "use a new --study name, or --force to continue with the new file")
 
 
-def make_sampler(settings: dict, problem: Problem) -> optuna.samplers.BaseSampler:
+def make_sampler(settings: dict, problem: Problem, worker: int = 0) -> optuna.samplers.BaseSampler:
+    """worker: parallel workers get seed + worker, else they would all propose the same first configs."""
     name, seed = settings["sampler"], settings.get("seed")
+    if seed is not None:
+        seed += worker
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     if name == "tpe":
         # multivariate=None means False for several objectives (slow and blind to interactions);
@@ -199,7 +204,21 @@ def _load_existing(name: str, storage) -> optuna.Study | None:
 
 
 def open_study(opts: TuneOptions, heartbeat: bool = False) -> StudyContext:
-    """Create the study, or resume it with its stored settings (checking what the user gave again)."""
+    """Create the study, or resume it with its stored settings (checking what the user gave again).
+    Bad input leaves nothing behind: a database file this call created is removed again."""
+    path = local_path(opts.storage_url)
+    fresh = path is not None and not os.path.exists(path)
+    try:
+        return _open_study(opts, heartbeat)
+    except UserError:
+        if fresh:
+            for leftover in (path, f"{path}-wal", f"{path}-shm"):
+                with contextlib.suppress(OSError):
+                    os.remove(leftover)
+        raise
+
+
+def _open_study(opts: TuneOptions, heartbeat: bool) -> StudyContext:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     given = _given_settings(opts)
     storage = open_storage(opts.storage_url, heartbeat=heartbeat)
@@ -226,6 +245,21 @@ def open_study(opts: TuneOptions, heartbeat: bool = False) -> StudyContext:
     settings["sampler_options"] = _sampler_options(study.sampler)
     study.set_user_attr(SETTINGS_ATTR, settings)
     return StudyContext(study, settings, problem, opts.storage_url)
+
+
+def attach_study(url: str, name: str, worker: int = 0) -> StudyContext:
+    """Join an existing study with its stored settings (a parallel worker): nothing is written."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = _load_existing(name, open_storage(url))
+    if study is None or SETTINGS_ATTR not in study.user_attrs:
+        raise UserError(f"no tuning study {name!r} in {url}; create it with tuner tune MODEL.onnx --study {name}")
+    settings = study.user_attrs[SETTINGS_ATTR]
+    check_inputs(name, settings)
+    problem = problem_spec(settings).load()
+    if settings.get("data_hash") not in (None, problem.data_hash):
+        raise UserError(f"study {name!r}: the validation data differ from the study's (data hash)")
+    study.sampler = make_sampler(settings, problem, worker)
+    return StudyContext(study, settings, problem, url)
 
 
 def _sampler_options(sampler) -> dict:
@@ -304,6 +338,9 @@ class Objective:
             rec = run_isolated(evaluate_spec, kwargs, self.opts.trial_timeout)
         except TrialFailure as exc:
             trial.set_user_attr("fail_reason", str(exc))
+            raise
+        except KeyboardInterrupt:  # Optuna fails the trial and re-raises; say why
+            trial.set_user_attr("fail_reason", "interrupted (Ctrl-C) during this trial")
             raise
         finally:
             if not self.opts.keep_engines:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sys
 from dataclasses import dataclass
 
 import optuna
@@ -13,8 +14,8 @@ from .errors import UserError
 from .progress import TrialProgress
 from .select import select_winner
 from .storage import local_path
-from .study import Objective, StudyContext, TuneOptions, best_feasible, enqueue_initial, is_feasible, latency_of, open_study
-from .isolate import TrialFailure
+from .study import StudyContext, TuneOptions, best_feasible, enqueue_initial, latency_of, open_study
+from .workers import Budget, StopAfterNoImprovement, run_parallel, trial_loop
 
 
 @dataclass
@@ -48,40 +49,28 @@ def recover_stale_trials(study: optuna.Study) -> list[int]:
     """Fail trials a killed process left RUNNING and queue their configs once more."""
     stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     for t in stale:
-        study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+        # the reason first: a finished trial's attrs cannot change
         study._storage.set_trial_user_attr(t._trial_id, "fail_reason", "the tuning process died during this trial")
+        study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
         if "retry_of" not in t.user_attrs:
             study.enqueue_trial(t.params, user_attrs={"retry_of": t.number} | (
                 {"baseline": True} if t.user_attrs.get("baseline") else {}))
     return [t.number for t in stale]
 
 
-class StopAfterNoImprovement:
-    """Stop once N finished trials in a row have not improved the best feasible latency."""
-
-    def __init__(self, patience: int):
-        self.patience = patience
-        self.best = float("inf")
-        self.since = 0
-
-    def __call__(self, study, trial) -> None:
-        if trial.state == TrialState.COMPLETE and is_feasible(trial) and latency_of(trial) < self.best:
-            self.best, self.since = latency_of(trial), 0
-        else:
-            self.since += 1
-        if self.since >= self.patience:
-            study.stop()
-
-
 def run_trials(ctx: StudyContext, opts: TuneOptions) -> int:
+    """Run the budget in this process (--jobs 1) or in opts.jobs worker processes; returns trials run."""
+    budget = Budget(opts.n_trials, opts.timeout)
     callbacks = []
     if opts.stop_after_no_improvement:
-        callbacks.append(StopAfterNoImprovement(opts.stop_after_no_improvement))
-    before = len(ctx.study.trials)
+        callbacks.append(StopAfterNoImprovement(opts.stop_after_no_improvement, budget.stop))
     with TrialProgress(opts.n_trials, opts.timeout, live=opts.progress, quiet=opts.quiet) as progress:
-        ctx.study.optimize(Objective(ctx, opts), n_trials=opts.n_trials, timeout=opts.timeout,
-                           catch=(TrialFailure,), callbacks=callbacks + [progress], gc_after_trial=False)
-    return len(ctx.study.trials) - before
+        if opts.jobs > 1:
+            for error in run_parallel(ctx, opts, opts.jobs, budget, [progress] + callbacks):
+                print(f"tuner: {error}", file=sys.stderr)
+        else:
+            trial_loop(ctx, opts, budget, [progress] + callbacks)
+    return progress.done
 
 
 def tune(opts: TuneOptions) -> TuneResult:
@@ -89,6 +78,8 @@ def tune(opts: TuneOptions) -> TuneResult:
         raise UserError("give a budget: --n-trials N and/or --timeout 30m")
     if opts.n_trials is not None and opts.n_trials < 1:
         raise UserError(f"--n-trials {opts.n_trials}: needs at least 1")
+    if opts.jobs < 1:
+        raise UserError(f"--jobs {opts.jobs}: needs at least 1")
     ctx = open_study(opts)
     with study_run_lock(ctx.url, opts.study) as alone:
         if alone:

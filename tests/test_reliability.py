@@ -1,0 +1,276 @@
+"""Crashes, hangs, kill -9, Ctrl-C, parallel workers and bad input, through the real `tuner` command
+in subprocesses on real SQLite files."""
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import onnx
+import optuna
+import pytest
+from onnx import TensorProto, helper
+from optuna.trial import TrialState
+
+from tuner.cli import main
+from tuner.lock import device_lock
+
+SMALL_SPACE = """\
+name: small
+backend: onnxruntime
+parameters:
+  precision: {type: categorical, choices: [fp32, int8-dynamic], default: fp32}
+  graph_optimization_level: {type: categorical, choices: [basic, extended, all], default: all}
+  intra_op_num_threads: {type: int, low: 1, high: 2, default: 2}
+  intra_op_spinning: {type: bool, default: true}
+"""
+
+# A user metric that misbehaves on its first call only (a marker file remembers), then measures cos.
+METRIC = """\
+import os, time
+import numpy as np
+
+def _first_call():
+    marker = os.environ["TUNER_TEST_MARKER"]
+    if os.path.exists(marker):
+        return False
+    open(marker, "w").close()
+    return True
+
+def crash(outputs, refs, inputs):
+    if _first_call():
+        os.abort()
+    return 0.0
+
+def hang(outputs, refs, inputs):
+    if _first_call():
+        time.sleep(600)
+    return 0.0
+"""
+
+
+@pytest.fixture
+def work(tmp_path, demo_path):
+    (tmp_path / "small.yaml").write_text(SMALL_SPACE)
+    (tmp_path / "badmetric.py").write_text(METRIC)
+    return tmp_path
+
+
+def tuner_cmd(work, *args):
+    return [sys.executable, "-m", "tuner.cli", *args]
+
+
+def env_for(work):
+    return dict(os.environ, PYTHONPATH=str(work), TUNER_TEST_MARKER=str(work / "marker"),
+                TUNER_CACHE=str(work / "cache"))
+
+
+def tune_args(demo_path, study, *extra):
+    return ["tune", demo_path, "--study", study, "--storage", f"sqlite:///{study}.db", "--space", "small.yaml",
+            "--shape", "x=2x64x256", "--max-timing-s", "0.5", "--quiet", "--seed", "0", *extra]
+
+
+def run_tuner(work, *args, timeout=300):
+    return subprocess.run(tuner_cmd(work, *args), cwd=work, env=env_for(work), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def load(work, study):
+    return optuna.load_study(study_name=study, storage=f"sqlite:///{work}/{study}.db").trials
+
+
+def by_state(trials):
+    counts = {}
+    for t in trials:
+        counts[t.state] = counts.get(t.state, 0) + 1
+    return counts
+
+
+def test_abort_in_a_user_metric_fails_only_its_trial(work, demo_path):
+    r = run_tuner(work, *tune_args(demo_path, "crash", "--n-trials", "3", "--no-select", "--require", "badmetric:crash<=1"))
+    assert r.returncode == 0, r.stderr
+    trials = load(work, "crash")
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
+    assert "killed by signal 6 (SIGABRT) during accuracy check" in trials[0].user_attrs["fail_reason"]
+
+
+def test_a_hang_is_ended_by_the_trial_timeout(work, demo_path):
+    r = run_tuner(work, *tune_args(demo_path, "hang", "--n-trials", "2", "--no-select", "--trial-timeout", "10s",
+                                   "--require", "badmetric:hang<=1"))
+    assert r.returncode == 0, r.stderr
+    trials = load(work, "hang")
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    assert trials[0].user_attrs["fail_reason"] == "timed out after 10 s during accuracy check"
+
+
+def _wait_for_running_trial(work, study, proc, min_complete, deadline_s=240):
+    """Poll the SQLite file until a trial is RUNNING after `min_complete` completed ones."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        assert proc.poll() is None, "the tuner ended before it could be killed"
+        if os.path.exists(work / f"{study}.db"):
+            try:
+                trials = load(work, study)
+            except KeyError:  # the study is being created
+                trials = []
+            counts = by_state(trials)
+            if counts.get(TrialState.COMPLETE, 0) >= min_complete and counts.get(TrialState.RUNNING, 0):
+                time.sleep(0.3)  # well inside the trial: its child is building or timing
+                return
+        time.sleep(0.1)
+    raise AssertionError("no running trial to kill")
+
+
+def test_kill_9_then_resume_loses_nothing(work, demo_path):
+    killed_at = []
+    completed_before = {}
+    for round_, min_complete in enumerate((2, 4)):
+        args = tune_args(demo_path, "kill", "--n-trials", "12", "--no-select")
+        log = open(work / f"kill-{round_}.log", "w")
+        proc = subprocess.Popen(tuner_cmd(work, *args), cwd=work, env=env_for(work), stdout=log, stderr=log)
+        try:
+            _wait_for_running_trial(work, "kill", proc, min_complete)
+        except AssertionError:
+            raise AssertionError((work / f"kill-{round_}.log").read_text()) from None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        trials = load(work, "kill")
+        running = [t.number for t in trials if t.state == TrialState.RUNNING]
+        assert len(running) == 1
+        killed_at += running
+        completed_before.update({t.number: t.values for t in trials if t.state == TrialState.COMPLETE})
+
+    r = run_tuner(work, "tune", "--study", "kill", "--storage", "sqlite:///kill.db", "--n-trials", "2", "--no-select",
+                  "--quiet")
+    assert r.returncode == 0, r.stderr
+    trials = load(work, "kill")
+    assert len({t.number for t in trials}) == len(trials)
+    # No completed trial lost or changed, no trial left RUNNING or WAITING.
+    assert {n: trials[n].values for n in completed_before} == completed_before
+    assert all(trials[n].state == TrialState.COMPLETE for n in completed_before)
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    for n in killed_at:
+        assert trials[n].state == TrialState.FAIL
+        assert trials[n].user_attrs["fail_reason"] == "the tuning process died during this trial"
+        retries = [t for t in trials if t.user_attrs.get("retry_of") == n]
+        assert len(retries) == 1 and retries[0].params == trials[n].params
+
+
+def test_ctrl_c_fails_the_running_trial_and_exits_130(work, demo_path):
+    proc = subprocess.Popen(tuner_cmd(work, *tune_args(demo_path, "intr", "--n-trials", "10")), cwd=work,
+                            env=env_for(work), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_running_trial(work, "intr", proc, 1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    trials = load(work, "intr")
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert trials[-1].state == TrialState.FAIL
+    assert "interrupted" in trials[-1].user_attrs["fail_reason"]
+
+
+@pytest.mark.parametrize("jobs", [2, 4])
+def test_parallel_workers_share_the_budget_and_never_time_at_once(work, demo_path, jobs):
+    study = f"jobs{jobs}"
+    r = run_tuner(work, *tune_args(demo_path, study, "--n-trials", "8", "--jobs", str(jobs), "--no-select"))
+    assert r.returncode == 0, r.stderr
+    assert f"{study}: 8 trials run" in r.stdout
+    trials = load(work, study)
+    assert len(trials) == 8 and sorted(t.number for t in trials) == list(range(8))
+    assert by_state(trials).get(TrialState.COMPLETE, 0) + by_state(trials).get(TrialState.FAIL, 0) == 8
+    assert [t.number for t in trials if t.user_attrs.get("baseline")] == [0]
+    windows = sorted(t.user_attrs["timing_window"] for t in trials if "timing_window" in t.user_attrs)
+    assert len(windows) >= 4  # the rest were reused configs, which are not timed again
+    for (_, end), (start, _) in zip(windows, windows[1:]):
+        assert end <= start, f"two candidates were timed at once: {windows}"
+    machines = {t.user_attrs["machine"]["cpu"] for t in trials if "machine" in t.user_attrs}
+    assert len(machines) == 1
+
+
+def _hold_lock_forever(path, ready):
+    with device_lock(path):
+        ready.set()
+        time.sleep(600)
+
+
+def test_a_killed_lock_holder_releases_the_timing_lock(tmp_path):
+    path = str(tmp_path / "dev.lock")
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    holder = ctx.Process(target=_hold_lock_forever, args=(path, ready))
+    holder.start()
+    assert ready.wait(60)
+    holder.kill()
+    holder.join()
+    got = ctx.Event()
+    taker = ctx.Process(target=_take_lock, args=(path, got))
+    taker.start()
+    taker.join(30)
+    assert got.is_set()
+
+
+def _take_lock(path, got):
+    with device_lock(path):
+        got.set()
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _bad_inputs(tmp_path, demo_path):
+    (tmp_path / "notonnx.onnx").write_text("hello")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    broken = helper.make_model(helper.make_graph([helper.make_node("Add", ["x", "nowhere"], ["y"])], "g", [x], [y]))
+    onnx.save(broken, tmp_path / "broken.onnx")
+    np.savez(tmp_path / "noinput.npz", other=np.zeros((2, 2, 64, 256), np.float32))
+    np.savez(tmp_path / "wrongdtype.npz", x=np.zeros((2, 2, 64, 256), np.int64))
+    np.savez(tmp_path / "wrongshape.npz", x=np.zeros((2, 2, 64, 100), np.float32))
+    (tmp_path / "unknownkey.yaml").write_text(SMALL_SPACE + "colour: blue\n")
+    (tmp_path / "wrongtype.yaml").write_text(SMALL_SPACE.replace("type: int, low: 1", "type: int, low: one"))
+    (tmp_path / "badwhen.yaml").write_text(SMALL_SPACE + "  extra: {type: bool, default: false, when: {ghost: [1]}}\n")
+    shape = ["--shape", "x=2x64x256"]
+    return [
+        (["notonnx.onnx", *shape], "not an ONNX model"),
+        (["broken.onnx"], "fails the ONNX checker"),
+        ([demo_path], "--shape x="),
+        ([demo_path, "--data", "noinput.npz"], "no array for input 'x'"),
+        ([demo_path, "--data", "wrongdtype.npz"], "has dtype int64"),
+        ([demo_path, "--data", "wrongshape.npz"], "wrongshape.npz"),
+        ([demo_path, *shape, "--require", "cos<0.1"], "cos<0.1"),
+        ([demo_path, *shape, "--require", "accuracy<=0.1"], "accuracy"),
+        ([demo_path, *shape, "--space", "unknownkey.yaml"], "unknown key"),
+        ([demo_path, *shape, "--space", "wrongtype.yaml"], "parameters.intra_op_num_threads"),
+        ([demo_path, *shape, "--space", "badwhen.yaml"], "ghost"),
+        ([demo_path, *shape, "--storage", "sqlite:////proc/nope/s.db"], "cannot open"),
+        ([demo_path, *shape, "--storage", "postgresql+psycopg://u:p@127.0.0.1:1/db"], "127.0.0.1:1"),
+    ]
+
+
+def test_bad_input_gives_one_line_and_writes_no_study(tmp_path, demo_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for args, message in _bad_inputs(tmp_path, demo_path):
+        code = main(["tune", *args, "--study", "s", "--n-trials", "1"])
+        err = capsys.readouterr().err
+        assert code == 2, (args, err)
+        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, (args, err)
+        assert not os.path.exists(tmp_path / "studies" / "s.db"), args
+
+
+def test_a_study_name_used_for_another_model_is_refused(tmp_path, demo_path, capsys, monkeypatch):
+    from tuner.demo import write_demo_model
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "small.yaml").write_text(SMALL_SPACE)
+    base = ["--study", "s", "--space", "small.yaml", "--shape", "x=2x64x256", "--max-timing-s", "0.3", "--quiet",
+            "--no-select"]
+    assert main(["tune", demo_path, *base, "--n-trials", "1"]) == 0
+    other = write_demo_model(str(tmp_path / "other.onnx"), outliers=1)
+    capsys.readouterr()
+    assert main(["tune", other, *base, "--n-trials", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "was created with model_path" in err and "--force" in err
+    assert len(optuna.load_study(study_name="s", storage="sqlite:///studies/s.db").trials) == 1

@@ -1,0 +1,133 @@
+"""Run a study's trials in this process or in N local worker processes, under one shared budget.
+
+Every worker is a separate process with its own sampler (seed + worker index) on the same storage.
+Builds run in parallel; timing stays exclusive per device through the lock in tuner.lock. The
+parent hands out trials one at a time from a shared counter, so a budget of N trials runs exactly
+N, and it shows the progress of all workers, which report each finished trial's number.
+"""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import signal
+import time
+from typing import Callable
+
+from optuna.trial import TrialState
+
+from .isolate import TrialFailure
+from .study import Objective, StudyContext, TuneOptions, attach_study, is_feasible, latency_of
+
+_SPAWN = mp.get_context("spawn")  # never fork a process that may hold ONNX Runtime threads
+
+
+class Budget:
+    """Trials left and a deadline, shared by the workers of one run."""
+
+    def __init__(self, n_trials: int | None, timeout: float | None):
+        self._left = _SPAWN.Value("i", -1 if n_trials is None else n_trials)
+        self._deadline = None if timeout is None else time.time() + timeout
+        self._stop = _SPAWN.Event()
+
+    def take(self) -> bool:
+        """Claim one trial; False once the budget is spent, the deadline passed or a stop was asked."""
+        if self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline):
+            return False
+        with self._left.get_lock():
+            if self._left.value == 0:
+                return False
+            if self._left.value > 0:
+                self._left.value -= 1
+        return True
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class StopAfterNoImprovement:
+    """Stop once N finished trials in a row have not improved the best feasible latency."""
+
+    def __init__(self, patience: int, stop: Callable[[], None]):
+        self.patience, self._stop = patience, stop
+        self.best = float("inf")
+        self.since = 0
+
+    def __call__(self, study, trial) -> None:
+        if trial.state == TrialState.COMPLETE and is_feasible(trial) and latency_of(trial) < self.best:
+            self.best, self.since = latency_of(trial), 0
+        else:
+            self.since += 1
+        if self.since >= self.patience:
+            self._stop()
+
+
+def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: list) -> None:
+    """One trial per optimize call, each claimed from the budget first (heartbeats need optimize)."""
+    objective = Objective(ctx, opts)
+    while budget.take():
+        ctx.study.optimize(objective, n_trials=1, catch=(TrialFailure,), callbacks=callbacks, gc_after_trial=False)
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the tuning process dies, even by kill -9."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _worker_main(url: str, study: str, opts: TuneOptions, index: int, budget: Budget, done: mp.Queue) -> None:
+    _die_with_parent()
+    try:
+        ctx = attach_study(url, study, worker=index)
+        trial_loop(ctx, opts, budget, [lambda s, t: done.put(("trial", t.number))])
+    except KeyboardInterrupt:
+        pass  # the trial it ran is already failed with its reason
+    except Exception as exc:  # noqa: BLE001  a worker that cannot run says why, then the others go on
+        done.put(("error", f"worker {index}: {type(exc).__name__}: {exc}"))
+
+
+def run_parallel(ctx: StudyContext, opts: TuneOptions, jobs: int, budget: Budget, callbacks: list) -> list[str]:
+    """Start `jobs` workers on the study, feed their finished trials to callbacks, wait for all.
+    Returns the errors of workers that could not run."""
+    done: mp.Queue = _SPAWN.Queue()
+    procs = [_SPAWN.Process(target=_worker_main, args=(ctx.url, ctx.study.study_name, opts, i, budget, done))
+             for i in range(jobs)]
+    for p in procs:
+        p.start()
+    errors: list[str] = []
+    try:
+        while any(p.is_alive() for p in procs) or not done.empty():
+            try:
+                kind, value = done.get(timeout=0.5)
+            except queue_mod.Empty:
+                continue
+            if kind == "error":
+                errors.append(value)
+                continue
+            trial = next(t for t in ctx.study.get_trials(deepcopy=False) if t.number == value)
+            for cb in callbacks:
+                cb(ctx.study, trial)
+    except KeyboardInterrupt:
+        budget.stop()
+        for p in procs:  # workers fail their running trial on SIGINT; give them the time to say so
+            if p.is_alive():
+                _interrupt(p.pid)
+        for p in procs:
+            p.join(30)
+        raise
+    finally:
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+    return errors
+
+
+def _interrupt(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGINT)
+    except ProcessLookupError:
+        pass
