@@ -588,16 +588,34 @@ def write_report(study, path: str, storage_url: str | None = None) -> str:
 # ---------------------------------------------------------------- the command
 
 
-def open_for_report(study: str, storage: str | None) -> optuna.Study:
-    """Open a study read-only; a SQLite file that does not exist is an error, not a new empty file."""
+def open_for_report(study: str, storage: str | None = None) -> optuna.Study:
+    """Open a study to read it, without ever waiting on a process that is tuning it.
+
+    A SQLite file is read with SQLite's plain deferred transactions: in WAL mode readers see the last
+    committed state and neither wait for nor block a writer (the tuner's own connections take the
+    write lock up front, which a reader has no need for). A file that does not exist is an error,
+    not a new empty study file. Other storages go through open_storage."""
     from .api import load_study
     from .storage import default_url, local_path
 
     url = storage or default_url(study)
     path = local_path(url)
-    if path is not None and not os.path.isfile(path):
+    if path is None or url.startswith("journal:"):
+        if path is not None and not os.path.isfile(path):
+            raise UserError(f"--storage {url}: no such file {path}")
+        return load_study(study, url)
+    if not os.path.isfile(path):
         raise UserError(f"--storage {url}: no such file {path}" + ("" if storage else "; give --storage URL"))
-    return load_study(study, url)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        rdb = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+    except Exception as exc:  # not a database, or a schema Optuna cannot read
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"--storage {url}: cannot read {path} as an Optuna study database ({first})") from None
+    try:
+        return optuna.load_study(study_name=study, storage=rdb)
+    except KeyError:
+        raise UserError(f"no study {study!r} in {url}; `tuner studies --storage {url}` lists the studies") from None
 
 
 def cmd_report(args) -> int:
