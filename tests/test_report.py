@@ -9,6 +9,7 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import sys
 
 import optuna
 import pytest
@@ -250,3 +251,11 @@ def test_report_renders_in_headless_chromium(name, study, hopeless, tmp):
     assert "Uncaught" not in proc.stderr
     plots = int(re.search(r'data-plots="(\d+)"', proc.stdout).group(1))
     assert plots == (4 if name == "r" else 1)  # the hopeless study: only the Pareto chart (with its note)
+
+
+def test_report_module_is_light_for_the_cli():
+    """Building the CLI parser (register) must not import Optuna or plotly; the figures load on first use."""
+    code = ("import sys, argparse, tuner.report as r; ap = argparse.ArgumentParser(); r.register(ap.add_subparsers()); "
+            "heavy = [m for m in ('optuna', 'plotly') if m in sys.modules]; assert not heavy, heavy; "
+            "from tuner.report import pareto_figure; assert 'plotly' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
