@@ -177,6 +177,10 @@ def cmd_demo(args) -> int:
 
     rep = export_winner(result.study, study_problem(result.study), out, best_effort=result.winner is None)
     print(f"exported the {rep['kind']} to {out}/ (engine/, config.json, report.json)")
+    from .report import write_report
+
+    page = write_report(result.study, os.path.join(args.dir, "report.html"), storage)
+    print(f"report: {page}  (Pareto front, history, importances, per-layer map)")
     print(f"study: {storage}  (tuner status --study demo --storage {storage})")
     return 0
 
@@ -239,11 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("studies", help="list the studies of a storage (default: studies/*.db)")
     p.add_argument("--storage", help="storage URL")
     p.set_defaults(func=cmd_studies)
-    p = sub.add_parser("demo", help="write the demo model, tune it, select and export the winner")
+    p = sub.add_parser("demo", help="write the demo model, tune it, select and export the winner, write the report")
     p.add_argument("--dir", default="tuner-demo", help="where the model, study and winner go (default tuner-demo)")
     p.add_argument("--n-trials", type=int, default=30, help="trials (default 30, a few minutes on 2 cores)")
     p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial")
     p.set_defaults(func=cmd_demo)
+    from .report import register as register_report
+
+    register_report(sub)
     return ap
 
 
