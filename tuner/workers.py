@@ -66,8 +66,11 @@ class StopAfterNoImprovement:
 def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: list) -> None:
     """One trial per optimize call, each claimed from the budget first (heartbeats need optimize)."""
     objective = Objective(ctx, opts)
+    exhausted = getattr(ctx.study.sampler, "is_exhausted", None)  # the grid sampler's end
     while budget.take():
         ctx.study.optimize(objective, n_trials=1, catch=(TrialFailure,), callbacks=callbacks, gc_after_trial=False)
+        if exhausted is not None and exhausted(ctx.study):
+            budget.stop()
 
 
 def _die_with_parent() -> None:
