@@ -185,6 +185,42 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_sensitivity(args) -> int:
+    import dataclasses
+    import os
+
+    from .evaluate import load_problem
+    from .sensitivity import analyze, greedy_float_set, quantizing_override, write_table
+    from .space import parse_set
+
+    problem = load_problem(args.model, args.space, args.data, args.calib_data, args.shape, args.int_range, args.require)
+    override = quantizing_override(problem, args.route)
+    if args.groups:
+        override = dataclasses.replace(override, granularity="group", group_pattern=args.groups)
+    route = {"precision": args.route} | parse_set(args.set, problem.space)
+    progress = (lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True)) if sys.stderr.isatty() else (lambda m: None)
+    table = analyze(problem, route, override, progress)
+    print(f"\rsensitivity of {args.route} ({table['metric']}), {len(table['entries'])} candidates, "
+          f"everything quantized: {table['error_all_quantized']:.4g}{' (cached)' if table['cached'] else ''}")
+    print(f"{'rank':>4s}  {'candidate':40s} {'only it quantized':>17s} {'all but it':>11s} {'fp32 share':>10s} {'gain ms':>8s}")
+    for i, e in enumerate(table["entries"][: args.limit], 1):
+        print(f"{i:4d}  {e['name'][:40]:40s} {e['error_only']:17.4g} {e['error_all_but']:11.4g} "
+              f"{100 * e['latency_share']:9.1f}% {e['gain_ms']:8.2f}")
+    if args.greedy:
+        kept, builds = greedy_float_set(problem, route, table, progress)
+        print("\rgreedy float set: " + (f"{kept} ({builds} builds)" if kept is not None else
+                                        f"none: the requirement fails even with every candidate in float ({builds} builds)"))
+    prefix = args.out or f"sensitivity-{os.path.splitext(os.path.basename(args.model))[0]}"
+    paths = write_table(table, prefix)
+    if args.html:
+        from .figures import sensitivity_figure
+
+        paths.append(f"{prefix}.html")
+        sensitivity_figure(table).write_html(paths[-1], include_plotlyjs=True)
+    print("written: " + ", ".join(paths))
+    return 0
+
+
 def _add_study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study", required=True, help="study name")
     p.add_argument("--storage", help="storage URL (default sqlite:///studies/NAME.db; journal:///FILE.log; postgresql+psycopg://...)")
@@ -248,6 +284,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-trials", type=int, default=30, help="trials (default 30, a few minutes on 2 cores)")
     p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial")
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("sensitivity", help="rank the per-layer candidates of a quantizing route by the error they cause")
+    _add_problem_args(p)
+    p.add_argument("--route", default="int8-dynamic", help="quantizing route (default int8-dynamic; int8-static, int4-weight)")
+    p.add_argument("--set", action="append", help="route option, e.g. dyn_per_channel=true (repeatable)")
+    p.add_argument("--groups", metavar="PATTERN", help="rank groups of nodes by a regex with one capture group, e.g. '^(block\\d+)/'")
+    p.add_argument("--greedy", action="store_true", help="also run the greedy pass: the smallest float set that meets --require")
+    p.add_argument("--limit", type=int, default=30, help="rows to print (default 30; the files have all)")
+    p.add_argument("--out", metavar="PREFIX", help="write PREFIX.csv and PREFIX.json (default sensitivity-MODEL)")
+    p.add_argument("--html", action="store_true", help="also write PREFIX.html, a bar chart of the ranking")
+    p.set_defaults(func=cmd_sensitivity)
     from .report import register as register_report
 
     register_report(sub)

@@ -617,3 +617,22 @@ def open_for_report(study: str, storage: str | None = None) -> optuna.Study:
         return optuna.load_study(study_name=study, storage=rdb)
     except KeyError:
         raise UserError(f"no study {study!r} in {url}; `tuner studies --storage {url}` lists the studies") from None
+
+
+def sensitivity_figure(table: dict) -> go.Figure:
+    """The ranking of `tuner sensitivity`: error with only this candidate quantized, and its share
+    of fp32 time, most sensitive first."""
+    entries = table["entries"]
+    names = [e["name"] for e in entries]
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=(f"{table['metric']} error, only this candidate quantized", "share of fp32 node time"))
+    fig.add_trace(go.Bar(y=names, x=[max(e["error_only"], 1e-12) for e in entries], orientation="h",
+                         name="error", marker_color="#d62728"), row=1, col=1)
+    fig.add_trace(go.Bar(y=names, x=[e["latency_share"] for e in entries], orientation="h", name="time share",
+                         marker_color="#1f77b4"), row=1, col=2)
+    fig.update_xaxes(type="log", row=1, col=1)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(title=f"Sensitivity of {table['route'].get('precision')} "
+                            f"(everything quantized: {table['error_all_quantized']:.3g})",
+                      height=max(320, 18 * len(names) + 120), showlegend=False)
+    return fig

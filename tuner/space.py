@@ -16,7 +16,8 @@ SPACES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 DEFAULT_SPACE = os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml")
 TYPES = {"categorical", "bool", "int", "float"}
 PARAM_KEYS = {"type", "choices", "low", "high", "log", "default", "when"}
-OVERRIDE_KEYS = {"when", "op_types", "granularity", "group_pattern"}
+OVERRIDE_KEYS = {"when", "op_types", "granularity", "group_pattern", "encoding", "near", "sensitivity_route"}
+ENCODINGS = ("independent", "sensitivity", "groups")
 
 
 @dataclass
@@ -38,6 +39,12 @@ class LayerOverride:
     op_types: list[str]
     granularity: str = "node"
     group_pattern: str | None = None
+    # independent: one boolean per candidate; sensitivity: "keep the k most sensitive in float"
+    # plus booleans for the `near` candidates just past the greedy cut; groups: one boolean per
+    # group_pattern match.
+    encoding: str = "independent"
+    near: int = 3
+    sensitivity_route: str | None = None
 
 
 @dataclass
@@ -112,7 +119,19 @@ def load_space(path: str | None = None) -> Space:
     for oname, d in layer_overrides.items():
         where = f"layer_overrides.{oname}"
         _check_entry(fail, where, d, OVERRIDE_KEYS, "a mapping with when, op_types, granularity")
-        gran = d.get("granularity", "node")
+        encoding = d.get("encoding", "independent")
+        if encoding not in ENCODINGS:
+            fail(f"{where}.encoding", f"{encoding!r} is not one of {', '.join(ENCODINGS)}")
+        gran = d.get("granularity", "group" if encoding == "groups" else "node")
+        if encoding == "groups" and gran != "group":
+            fail(f"{where}.granularity", "encoding groups needs granularity group (or leave granularity out)")
+        near = d.get("near", 3)
+        if not isinstance(near, int) or isinstance(near, bool) or near < 0:
+            fail(f"{where}.near", f"{near!r} is not a count (0 or more)")
+        routes = (d.get("when") or {}).get("precision", [])
+        route = d.get("sensitivity_route", routes[0] if routes else None)
+        if encoding == "sensitivity" and route not in routes:
+            fail(f"{where}.sensitivity_route", f"{route!r} is not one of the routes in its when: {routes}")
         if gran not in ("node", "group"):
             fail(f"{where}.granularity", f"{gran!r} is not node or group")
         if gran == "group":
@@ -126,7 +145,7 @@ def load_space(path: str | None = None) -> Space:
         if not isinstance(ops, list) or not ops:
             fail(f"{where}.op_types", "needs a non-empty list of ONNX op types")
         _check_when(fail, f"{where}.when", d.get("when") or {}, names, names, params)
-        overrides.append(LayerOverride(oname, d.get("when") or {}, ops, gran, d.get("group_pattern")))
+        overrides.append(LayerOverride(oname, d.get("when") or {}, ops, gran, d.get("group_pattern"), encoding, near, route))
     return Space(path, str(doc.get("name", os.path.basename(path))), str(doc.get("backend", "onnxruntime")), params, overrides)
 
 
@@ -202,11 +221,14 @@ def parse_set(items: list[str] | None, space: Space) -> dict[str, Any]:
 Chooser = Callable[[Param], Any]
 
 
-def normalize(space: Space, choose: Chooser, graph_nodes: list[tuple[str, str]]) -> dict[str, Any]:
+def normalize(space: Space, choose: Chooser, graph_nodes: list[tuple[str, str]],
+              rankings: dict[str, dict] | None = None) -> dict[str, Any]:
     """Walk the space in order, asking `choose` only for active parameters.
 
     Returns the normalized config: active parameters with values, and per override the sorted
     list of node names kept in float. Inactive parameters are dropped, so equal builds get equal keys.
+    rankings: per override with the sensitivity encoding, the study's ranking (tuner.sensitivity);
+    without one, that override falls back to one boolean per candidate.
     """
     config: dict[str, Any] = {}
     for p in space.params:
@@ -215,12 +237,29 @@ def normalize(space: Space, choose: Chooser, graph_nodes: list[tuple[str, str]])
     for o in space.overrides:
         if not _active(o.when, config):
             continue
-        kept: list[str] = []
-        for suffix, nodes in layer_candidates(o, graph_nodes).items():
-            if choose(Param(f"{o.name}/{suffix}", "bool", False, [False, True])):
-                kept += nodes
-        config[o.name] = sorted(kept)
+        ranking = (rankings or {}).get(o.name) if o.encoding == "sensitivity" else None
+        kept = _ranked_choice(o, ranking, choose) if ranking else _independent_choice(o, graph_nodes, choose)
+        config[o.name] = sorted(set(kept))
     return config
+
+
+def _independent_choice(o: LayerOverride, graph_nodes, choose: Chooser) -> list[str]:
+    kept: list[str] = []
+    for suffix, nodes in layer_candidates(o, graph_nodes).items():
+        if choose(Param(f"{o.name}/{suffix}", "bool", False, [False, True])):
+            kept += nodes
+    return kept
+
+
+def _ranked_choice(o: LayerOverride, ranking: dict, choose: Chooser) -> list[str]:
+    """Keep the k first of the ranking in float, plus any of the `near` ones just past the cut."""
+    order, cut, nodes_of = ranking["order"], ranking["cut"], ranking["nodes"]
+    k = choose(Param(f"{o.name}/top_k", "int", cut, low=0, high=len(order)))
+    names = list(order[:k])
+    for name in order[cut:cut + o.near]:
+        if choose(Param(f"{o.name}/near/{name}", "bool", False, [False, True])):
+            names.append(name)
+    return [n for name in names for n in nodes_of[name]]
 
 
 def defaults_chooser(overrides: dict[str, Any] | None = None) -> Chooser:
@@ -243,7 +282,8 @@ def trial_chooser(trial, only: set[str] | None = None) -> Chooser:
     return choose
 
 
-def trial_params(space: Space, choose: Chooser, graph_nodes: list[tuple[str, str]]) -> dict[str, Any]:
+def trial_params(space: Space, choose: Chooser, graph_nodes: list[tuple[str, str]],
+                 rankings: dict[str, dict] | None = None) -> dict[str, Any]:
     """The Optuna parameters (per-layer booleans included) that normalize() asks for: what to enqueue."""
     asked: dict[str, Any] = {}
 
@@ -251,7 +291,7 @@ def trial_params(space: Space, choose: Chooser, graph_nodes: list[tuple[str, str
         asked[p.name] = choose(p)
         return asked[p.name]
 
-    normalize(space, recording, graph_nodes)
+    normalize(space, recording, graph_nodes, rankings)
     return asked
 
 

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -233,6 +234,10 @@ def _open_study(opts: TuneOptions, heartbeat: bool) -> StudyContext:
                         "give the same --data/--shape, or --force")
     settings["data_hash"] = problem.data_hash
     settings["spec"] = asdict(problem_spec(settings))
+    settings["encoding"] = {o.name: o.encoding for o in problem.space.overrides}
+    if settings.get("rankings_for") != [settings.get("space_hash"), problem.data_hash]:  # once per space and data
+        settings["rankings"] = sensitivity_rankings(problem, opts.quiet)
+        settings["rankings_for"] = [settings.get("space_hash"), problem.data_hash]
     if study is None:
         directions = ["minimize"] * len(OBJECTIVES[settings["objectives"]])
         study = optuna.create_study(study_name=opts.study, storage=storage, directions=directions,
@@ -245,6 +250,24 @@ def _open_study(opts: TuneOptions, heartbeat: bool) -> StudyContext:
     settings["sampler_options"] = _sampler_options(study.sampler)
     study.set_user_attr(SETTINGS_ATTR, settings)
     return StudyContext(study, settings, problem, opts.storage_url)
+
+
+def sensitivity_rankings(problem: Problem, quiet: bool = True) -> dict[str, dict]:
+    """For each override with the sensitivity encoding: its ranking, from the (cached) sensitivity
+    table and the greedy pass over it (tuner.sensitivity). Computed once per study, stored in it."""
+    from .sensitivity import ranking_for_study
+
+    out = {}
+    for o in problem.space.overrides:
+        if o.encoding != "sensitivity":
+            continue
+        progress = (lambda msg: None) if quiet else (lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True))
+        out[o.name] = ranking_for_study(problem, {"precision": o.sensitivity_route}, o, progress)
+        if not quiet:
+            r = out[o.name]
+            print(f"\rsensitivity of {o.sensitivity_route}: greedy float set {r['order'][:r['cut']]} "
+                  f"({r['greedy_builds']} builds)", file=sys.stderr)
+    return out
 
 
 def attach_study(url: str, name: str, worker: int = 0) -> StudyContext:
@@ -277,19 +300,26 @@ def enqueue_initial(ctx: StudyContext, extra: list[str]) -> None:
     """Trial 0 is the backend's default configuration (once per study); then any --enqueue configs."""
     study, problem = ctx.study, ctx.problem
     grid = ctx.settings["sampler"] == "grid"
+    rankings = ctx.settings.get("rankings")
     if not study.user_attrs.get("baseline_enqueued"):
-        study.enqueue_trial(_params_for(problem, {}, grid), user_attrs={"baseline": True})
+        study.enqueue_trial(_params_for(problem, {}, grid, rankings), user_attrs={"baseline": True})
         study.set_user_attr("baseline_enqueued", True)
+    # The greedy pass's proposal: its route with the greedy float set (top_k = the cut).
+    for name, r in (rankings or {}).items():
+        if r["greedy_feasible"] and not study.user_attrs.get(f"greedy_enqueued/{r['table_key']}"):
+            values = {"precision": r["route"]["precision"], f"{name}/top_k": r["cut"]}
+            study.enqueue_trial(_params_for(problem, values, grid, rankings), user_attrs={"enqueued": "greedy"})
+            study.set_user_attr(f"greedy_enqueued/{r['table_key']}", True)
     for item in extra:
         sets = [s for s in item.split(",") if s.strip()]
-        study.enqueue_trial(_params_for(problem, parse_set(sets, problem.space), grid), user_attrs={"enqueued": item},
-                            skip_if_exists=True)
+        study.enqueue_trial(_params_for(problem, parse_set(sets, problem.space), grid, rankings),
+                            user_attrs={"enqueued": item}, skip_if_exists=True)
 
 
-def _params_for(problem: Problem, values: dict, grid: bool) -> dict:
+def _params_for(problem: Problem, values: dict, grid: bool, rankings: dict | None = None) -> dict:
     if grid:  # GridSampler needs every grid parameter fixed, active or not
         return {p.name: values.get(p.name, p.default) for p in problem.space.params}
-    return trial_params(problem.space, defaults_chooser(values), problem.graph_nodes)
+    return trial_params(problem.space, defaults_chooser(values), problem.graph_nodes, rankings)
 
 
 # ---------------------------------------------------------------- the objective
@@ -322,7 +352,8 @@ class Objective:
 
     def __call__(self, trial: optuna.Trial):
         ctx = self.ctx
-        config = normalize(ctx.problem.space, trial_chooser(trial, self.grid_names), ctx.problem.graph_nodes)
+        config = normalize(ctx.problem.space, trial_chooser(trial, self.grid_names), ctx.problem.graph_nodes,
+                           ctx.settings.get("rankings"))
         key = build_key(ctx.settings, config)
         trial.set_user_attr("config", config)
         trial.set_user_attr("build_key", key)
