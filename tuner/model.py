@@ -151,3 +151,21 @@ def save_model(model: onnx.ModelProto, path: str) -> None:
     """Save, moving weights to external data when the proto would pass protobuf's 2 GB limit."""
     large = model.ByteSize() > 1_800_000_000
     onnx.save(model, path, save_as_external_data=large, location=os.path.basename(path) + ".data" if large else None)
+
+
+def constants_to_initializers(model: onnx.ModelProto) -> int:
+    """Turn the main graph's tensor-valued Constant nodes into initializers, in place; returns how many."""
+    keep, moved = [], 0
+    for node in model.graph.node:
+        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(node.attribute[0].t)
+            tensor.name = node.output[0]
+            model.graph.initializer.append(tensor)
+            moved += 1
+        else:
+            keep.append(node)
+    if moved:
+        del model.graph.node[:]
+        model.graph.node.extend(keep)
+    return moved

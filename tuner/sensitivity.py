@@ -52,7 +52,11 @@ def quantizing_override(problem: Problem, route: str) -> LayerOverride:
 
 
 def _error(problem: Problem, config: dict, metric: str, work: str) -> tuple[float, bool, object]:
-    cand = build_candidate(problem, config, work)
+    try:
+        cand = build_candidate(problem, config, work)
+    except Exception as exc:  # noqa: BLE001  the route's own failure: say so in one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise UserError(f"route {config.get('precision')} does not build on this model: {type(exc).__name__}: {first}") from None
     metrics, _ = check_accuracy(problem, cand.session)
     return float(metrics[metric]), problem.requirement.holds(metrics), cand
 

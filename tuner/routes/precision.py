@@ -11,7 +11,7 @@ from typing import Any
 import onnx
 
 from ..data import Batch
-from ..model import ensure_opset, save_model
+from ..model import constants_to_initializers, ensure_opset, save_model
 
 QUANTIZING_ROUTES = ("int8-dynamic", "int8-static", "int4-weight")
 # A route option that a (smaller) space file leaves out takes ONNX Runtime's own default.
@@ -73,6 +73,9 @@ def _apply(model, config, workdir, calib, cache_dir, calib_key) -> str:
     if route == "fp32":
         save_model(model, out)
         return out
+    # ORT's quantizers read weights from initializers only; exporters such as paddle2onnx write
+    # them as Constant nodes ("Expected conv2d_157.w_0 to be an initializer").
+    constants_to_initializers(model)
     if route == "int8-dynamic":
         from onnxruntime.quantization import quantize_dynamic
 
