@@ -104,3 +104,25 @@ def test_cli_evaluate_and_space(demo_path, tmp_path, capsys):
     assert main(["evaluate", demo_path, "--shape", "x=1x64x256", "--set", "precision=int8-dynamic", "--require", "cos<=0.01", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "median" in out and "requirement cos<=0.01" in out
+
+
+@pytest.mark.parametrize("route", ["int8-dynamic", "int8-static"])
+def test_weights_in_constant_nodes_are_quantized(tmp_path, route):
+    # paddle2onnx (PP-OCR) writes weights as Constant nodes; ORT's quantizers want initializers.
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    wconst = helper.make_node("Constant", [], ["w"], name="w_const",
+                              value=numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype("f"), "w"))
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])
+    g = helper.make_graph([wconst, conv], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])])
+    path = str(tmp_path / "const.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    p = load_problem(path, n_batches=2)
+    rec = evaluate_config(p, config_from_sets(p, [f"precision={route}"]), str(tmp_path / "e"), FAST)
+    built = onnx.load(str(tmp_path / "e" / "model.onnx"))
+    ops = {n.op_type for n in built.graph.node}
+    assert ops & {"ConvInteger", "DequantizeLinear"}, ops  # the Conv's weight was quantized
+    assert rec["metrics"]["cos"] < 0.05
