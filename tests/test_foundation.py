@@ -115,8 +115,10 @@ def test_weights_in_constant_nodes_are_quantized(tmp_path, route):
     rng = np.random.default_rng(0)
     wconst = helper.make_node("Constant", [], ["w"], name="w_const",
                               value=numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype("f"), "w"))
-    conv = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])
-    g = helper.make_graph([wconst, conv], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+    bconst = helper.make_node("Constant", [], ["b"], name="b_const",
+                              value=numpy_helper.from_array(rng.standard_normal(8).astype("f"), "b"))
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", pads=[1, 1, 1, 1])  # the bias path needs it
+    g = helper.make_graph([wconst, bconst, conv], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])])
     path = str(tmp_path / "const.onnx")
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
