@@ -48,23 +48,30 @@ MODELS = {  # name -> (shape, requirement)
     "planted": (["x=8x64x256"], "cos<=0.0005"),
     "ocr-rec": (["x=1x3x48x320"], "cos<=0.01"),
     "ocr-det": (["x=1x3x320x320"], "cos<=0.01"),
+    "bert": (["input_ids=1x128"], "cos<=0.005"),
 }
+INT_RANGES = {"bert": ["input_ids=0:30522"]}
 
 
 def model_path(name: str, work: str) -> str:
     if name == "planted":
         return write_demo_model(os.path.join(work, "planted.onnx"), outliers=2)
+    if name == "bert":
+        from models import bert_model
+
+        return bert_model()
     return ocr_model(name)
 
 
-def run_strategy(strategy: str, model: str, shapes, require, budget: int, seed: int, work: str) -> optuna.Study:
+def run_strategy(strategy: str, model: str, shapes, require, budget: int, seed: int, work: str,
+                 int_ranges=None) -> optuna.Study:
     encoding = "sensitivity" if strategy == "sensitivity" else "independent"
     space = os.path.join(work, f"{encoding}.yaml")
     with open(space, "w") as f:
         f.write(SPACE.format(encoding=encoding))
     name = f"{strategy}-{seed}"
     opts = TuneOptions(study=name, model=model, storage=f"sqlite:///{work}/{name}.db", space=space, shapes=shapes,
-                       require=require, seed=seed, n_trials=budget, quiet=True, progress=False, select=False,
+                       int_ranges=int_ranges, require=require, seed=seed, n_trials=budget, quiet=True, progress=False, select=False,
                        protocol=LatencyProtocol(max_seconds=2))
     if strategy == "fallback":
         opts.enqueue = fallback_configs(opts, budget)
@@ -114,7 +121,8 @@ def main(argv=None) -> int:
         for strategy in args.strategies:
             for seed in args.seeds if strategy != "fallback" else [0]:
                 t0 = time.perf_counter()
-                studies[(strategy, seed)] = run_strategy(strategy, model, shapes, require, args.budget, seed, work)
+                studies[(strategy, seed)] = run_strategy(strategy, model, shapes, require, args.budget, seed, work,
+                                                           INT_RANGES.get(mname))
                 print(f"{mname} {strategy} seed {seed}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         best = min(best_at(s, len(s.trials)) for s in studies.values())
         for (strategy, seed), study in studies.items():
