@@ -79,3 +79,14 @@ def test_sensitivity_encoding_finds_the_planted_float_set_where_independent_does
     assert any(t.user_attrs.get("enqueued") == "greedy" for t in found)
     indep = _study(tmp_path, planted, "independent", 30)
     assert not [t for t in indep.trials if t.user_attrs.get("config") and _near_planted(t)]
+
+
+def test_cli_writes_the_ranked_table(planted, tmp_path, capsys):
+    prefix = str(tmp_path / "sens")
+    assert main(["sensitivity", planted, "--shape", "x=2x64x256", "--require", REQUIRE, "--groups", r"^(block\d+)/",
+                 "--greedy", "--html", "--out", prefix]) == 0
+    out = capsys.readouterr().out
+    assert "greedy float set: ['block1', 'block3']" in out
+    rows = open(f"{prefix}.csv").read().splitlines()
+    assert rows[0].startswith("rank,candidate") and {rows[1].split(",")[1], rows[2].split(",")[1]} == {"block1", "block3"}
+    assert "plotly" in open(f"{prefix}.html").read()
