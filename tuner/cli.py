@@ -18,6 +18,12 @@ def parse_duration(text: str) -> float:
     return h * 3600 + mi * 60 + se
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: needs a whole number of at least 1")
+    return int(text)
+
+
 def _add_problem_args(p: argparse.ArgumentParser, model_optional: bool = False) -> None:
     if model_optional:
         p.add_argument("model", nargs="?", help="path of the .onnx model (needed to create a study; a resume takes the stored one)")
@@ -89,7 +95,7 @@ def _tune_options(args):
     return TuneOptions(
         study=args.study, model=args.model, storage=args.storage, space=args.space, data=args.data,
         calib_data=args.calib_data, shapes=args.shape, int_ranges=args.int_range, require=args.require,
-        objectives=args.objectives, sampler=args.sampler, seed=args.seed, n_trials=args.n_trials,
+        objectives=args.objectives, sampler=args.sampler, seed=args.seed, n_trials=args.n_trials, max_trials=args.max_trials,
         timeout=args.timeout, enqueue=args.enqueue or [], force=args.force, trial_timeout=args.trial_timeout, jobs=args.jobs,
         stop_after_no_improvement=args.stop_after_no_improvement, top_k=args.top_k, select=not args.no_select,
         quiet=args.quiet, keep_engines=args.keep_engines, engines_dir=args.engines_dir,
@@ -247,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_problem_args(p, model_optional=True)
     _add_study_args(p)
     p.add_argument("--n-trials", type=int, help="trials to run in this call")
+    p.add_argument("--max-trials", type=_positive_int, metavar="N",
+                   help="study-wide budget, stored in the study: every `tuner worker` stops once N trials finished")
     p.add_argument("--timeout", type=parse_duration, help="stop starting trials after this long, e.g. 2h, 30m")
     p.add_argument("--objectives", help="latency,error (default: a Pareto front) or latency")
     p.add_argument("--sampler", help="tpe (default), nsga2, gp, random or grid")
@@ -297,6 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .report import register as register_report
 
     register_report(sub)
+    from .cluster import register as register_cluster
+
+    register_cluster(sub)  # worker, migrate
     return ap
 
 

@@ -51,7 +51,11 @@ def open_storage(url: str, heartbeat: bool = False) -> optuna.storages.BaseStora
     scheme = url.split(":", 1)[0]
     if not scheme.startswith(("postgresql", "mysql")):
         raise UserError(f"--storage {url}: unknown kind; use sqlite:///FILE.db, {JOURNAL_PREFIX}FILE.log or postgresql+psycopg://user:pw@host:5432/db")
-    kwargs = {"heartbeat_interval": 30, "grace_period": 120} if heartbeat else {}
+    # Heartbeats always on for database servers: a dead worker's trial is failed after the grace
+    # period and retried once (tuner.cluster.heartbeat_options; TUNER_HEARTBEAT_INTERVAL/TUNER_GRACE_PERIOD).
+    from .cluster import heartbeat_options
+
+    kwargs = heartbeat_options()
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, **kwargs)
     except ModuleNotFoundError as exc:

@@ -21,7 +21,7 @@ from . import evaluate
 from .evaluate import Problem, ProblemSpec, evaluate_spec
 from .isolate import TrialFailure, run_isolated
 from .lock import default_lock_path
-from .machine import fingerprint
+from .machine import fingerprint, same_machine
 from .measure.accuracy import Requirement
 from .measure.latency import LatencyProtocol
 from .model import model_hash
@@ -51,6 +51,7 @@ class TuneOptions:
     sampler: str | None = None
     seed: int | None = None
     n_trials: int | None = None
+    max_trials: int | None = None  # study-wide budget over all workers, stored in the study (tuner.cluster)
     timeout: float | None = None
     enqueue: list[str] = field(default_factory=list)
     force: bool = False
@@ -392,7 +393,9 @@ class Objective:
 
     def _completed_with(self, key: str, number: int):
         for t in self.ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if t.user_attrs.get("build_key") == key and t.number != number:
+            # a latency measured on another machine is no measurement for this one
+            if t.user_attrs.get("build_key") == key and t.number != number and same_machine(
+                    t.user_attrs.get("machine") or {}, self.ctx.settings["machine"]):
                 return t
         return None
 

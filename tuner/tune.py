@@ -15,6 +15,7 @@ from .progress import TrialProgress
 from .select import select_winner
 from .storage import local_path
 from .study import StudyContext, TuneOptions, best_feasible, enqueue_initial, latency_of, open_study
+from .cluster import store_run_settings
 from .workers import Budget, StopAfterNoImprovement, run_parallel, trial_loop
 
 
@@ -74,13 +75,14 @@ def run_trials(ctx: StudyContext, opts: TuneOptions) -> int:
 
 
 def tune(opts: TuneOptions) -> TuneResult:
-    if opts.n_trials is None and opts.timeout is None:
-        raise UserError("give a budget: --n-trials N and/or --timeout 30m")
+    if opts.n_trials is None and opts.timeout is None and opts.max_trials is None:
+        raise UserError("give a budget: --n-trials N and/or --timeout 30m (or a study-wide --max-trials N)")
     if opts.n_trials is not None and opts.n_trials < 1:
         raise UserError(f"--n-trials {opts.n_trials}: needs at least 1")
     if opts.jobs < 1:
         raise UserError(f"--jobs {opts.jobs}: needs at least 1")
     ctx = open_study(opts)
+    store_run_settings(ctx.study, opts.max_trials, opts.protocol)  # for `tuner worker` on other hosts
     with study_run_lock(ctx.url, opts.study) as alone:
         if alone:
             recover_stale_trials(ctx.study)

@@ -63,14 +63,25 @@ class StopAfterNoImprovement:
             self._stop()
 
 
-def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: list) -> None:
-    """One trial per optimize call, each claimed from the budget first (heartbeats need optimize)."""
+def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: list, claims=None) -> None:
+    """One trial per optimize call, each claimed from the budget first (heartbeats need optimize),
+    then from the study-wide budget under a database lock (tuner.cluster.TrialClaims)."""
+    from .cluster import TrialClaims
+
     objective = Objective(ctx, opts)
+    claims = claims or TrialClaims(ctx, budget)
     exhausted = getattr(ctx.study.sampler, "is_exhausted", None)  # the grid sampler's end
-    while budget.take():
-        ctx.study.optimize(objective, n_trials=1, catch=(TrialFailure,), callbacks=callbacks, gc_after_trial=False)
-        if exhausted is not None and exhausted(ctx.study):
-            budget.stop()
+    try:
+        while budget.take() and claims.acquire():
+            try:
+                ctx.study.optimize(claims.wrap(objective), n_trials=1, catch=(TrialFailure,), callbacks=callbacks,
+                                   gc_after_trial=False)
+            finally:
+                claims.release()
+            if exhausted is not None and exhausted(ctx.study):
+                budget.stop()
+    finally:
+        claims.close()
 
 
 def _die_with_parent() -> None:
