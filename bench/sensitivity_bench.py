@@ -74,8 +74,8 @@ def run_strategy(strategy: str, model: str, shapes, require, budget: int, seed: 
                        int_ranges=int_ranges, require=require, seed=seed, n_trials=budget, quiet=True, progress=False, select=False,
                        protocol=LatencyProtocol(max_seconds=2))
     if strategy == "fallback":
+        opts.sampler = "random"  # never used: the queue covers the budget
         opts.enqueue = fallback_configs(opts, budget)
-        opts.sampler = "random"  # never used: the queue covers the budget or ends at feasibility
     return tune(opts).study
 
 
