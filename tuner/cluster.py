@@ -72,7 +72,8 @@ def heartbeat_options() -> dict:
 def machine_id(fp: dict) -> str:
     """A short id of what decides timings (the fields same_machine compares)."""
     keys = ("cpu", "cores", "memory_gib", "system", "versions")
-    return hashlib.sha256(json.dumps({k: fp.get(k) for k in keys}, sort_keys=True).encode()).hexdigest()[:8]
+    fields = {k: fp.get(k) for k in keys} | ({"tag": fp["tag"]} if fp.get("tag") else {})
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def worker_name() -> str:

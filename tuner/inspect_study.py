@@ -47,12 +47,7 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
                      + (f", {winner['speedup']:.2f}x baseline" if winner.get("speedup") else ""))
     else:
         lines.append("winner: none selected" + (" (best effort stored)" if study.user_attrs.get("best_effort") else ""))
-    machines: dict[str, int] = {}
-    for t in done:
-        cpu = (t.user_attrs.get("machine") or {}).get("cpu", "?")
-        machines[cpu] = machines.get(cpu, 0) + 1
-    if len(machines) > 1:
-        lines.append("trials per machine: " + "; ".join(f"{k}: {v}" for k, v in machines.items()))
+    lines += machine_lines(trials)
     path = local_path(url)
     disk = []
     if path and os.path.isfile(path):
@@ -62,6 +57,34 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
     if disk:
         lines.append("disk: " + ", ".join(disk))
     return lines
+
+
+def machine_lines(trials) -> list[str]:
+    """Trials per machine (fingerprint id), with each machine's baseline: speedups compare within one."""
+    from .cluster import machine_id
+
+    rows: dict[str, dict] = {}
+    for t in trials:
+        fp = t.user_attrs.get("machine")
+        if not fp:
+            continue
+        row = rows.setdefault(machine_id(fp), {"fp": fp, "states": {}, "workers": set(), "baseline": None})
+        row["states"][t.state.name.lower()] = row["states"].get(t.state.name.lower(), 0) + 1
+        if "worker" in t.user_attrs:
+            row["workers"].add(t.user_attrs["worker"].rsplit(":", 1)[0])
+        if t.user_attrs.get("baseline") and t.state == TrialState.COMPLETE and row["baseline"] is None:
+            row["baseline"] = latency_of(t)
+    if not rows:
+        return []
+    out = ["trials per machine:"]
+    for mid, row in rows.items():
+        fp = row["fp"]
+        states = ", ".join(f"{k} {v}" for k, v in sorted(row["states"].items()))
+        base = f", baseline {row['baseline']:.2f} ms" if row["baseline"] is not None else ", no baseline yet"
+        hosts = f", hosts {', '.join(sorted(row['workers']))}" if row["workers"] else ""
+        tag = f" [{fp['tag']}]" if fp.get("tag") else ""
+        out.append(f"  {mid} {fp.get('cpu', '?')}, {fp.get('cores', '?')} cores{tag}: {states}{base}{hosts}")
+    return out
 
 
 def studies_rows(url: str, storage) -> list[str]:

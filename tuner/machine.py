@@ -43,9 +43,11 @@ def fingerprint() -> dict:
         "system": f"{platform.system()} {platform.machine()}",
         "python": platform.python_version(),
         "versions": library_versions(),
+        # Machines that look alike but time differently (CPU quotas, power settings) can be told apart.
+        "tag": os.environ.get("TUNER_MACHINE_TAG", ""),
     }
 
 
 def same_machine(a: dict, b: dict) -> bool:
     keys = ("cpu", "cores", "memory_gib", "system", "versions")
-    return all(a.get(k) == b.get(k) for k in keys)
+    return all(a.get(k) == b.get(k) for k in keys) and (a.get("tag") or "") == (b.get("tag") or "")
