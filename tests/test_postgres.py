@@ -230,3 +230,35 @@ def test_unreachable_server_is_one_line(work, command):
     assert f"127.0.0.1:{port}" in err and "check that the server runs" in err, err
     r = tuner(work, "migrate", "--from", f"sqlite:///{work}/none.db", "--to", url, timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and f"127.0.0.1:{port}" in r.stderr
+
+
+STATIC_SPACE = """\
+name: static
+backend: onnxruntime
+parameters:
+  precision: {type: categorical, choices: [fp32, int8-static], default: fp32}
+"""
+
+
+def test_calibration_ranges_are_stored_in_the_study_and_reused(work, tmp_path, demo_path):
+    """Needs no server: the study (SQLite here) carries the ranges to every worker's cache."""
+    import tuner.evaluate as ev
+    from tuner.cluster import CALIB_PREFIX, download_calibration
+    from tuner.measure.latency import LatencyProtocol
+    from tuner.study import TuneOptions
+    from tuner.tune import tune
+
+    (tmp_path / "static.yaml").write_text(STATIC_SPACE)
+    result = tune(TuneOptions(study="c", model=demo_path, storage=f"sqlite:///{tmp_path}/c.db", space=str(tmp_path / "static.yaml"),
+                              shapes=["x=2x64x256"], seed=0, n_trials=2, enqueue=["precision=int8-static"], select=False,
+                              protocol=LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=1), progress=False,
+                              quiet=True))
+    assert result.study.trials[1].params["precision"] == "int8-static"
+    stored = {k: v for k, v in result.study.user_attrs.items() if k.startswith(CALIB_PREFIX)}
+    assert len(stored) == 1
+    (key, text), = stored.items()
+    path = os.path.join(ev.CACHE_DIR, key[len(CALIB_PREFIX):])
+    assert open(path).read() == text
+    os.remove(path)  # another host: an empty cache
+    download_calibration(result.study)
+    assert open(path).read() == text

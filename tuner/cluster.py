@@ -91,6 +91,7 @@ class ClaimLock:
         self.url, self.study_name = url, study_name
         self._key = int.from_bytes(hashlib.sha256(f"engine-tuner/{study_name}".encode()).digest()[:8], "big",
                                    signed=True)
+        self._engine = None
         self._conn = None
         self._file = None
         self.held = False
@@ -105,7 +106,14 @@ class ClaimLock:
             self._file = open(self._path, "a+")
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX)
         else:
+            # A connection per claim: the lock dies with it. On PostgreSQL 14+, idle_session_timeout
+            # also frees it when the holder's host vanishes without closing its socket (power loss).
             conn = self._connection()
+            if self.kind == "postgresql":
+                with contextlib.suppress(Exception):
+                    conn.exec_driver_sql("SET idle_session_timeout = '60s'")
+                    conn.commit()
+                conn.rollback()
             sql = "SELECT pg_advisory_lock(:k)" if self.kind == "postgresql" else "SELECT GET_LOCK(:k, -1)"
             conn.execute(_text(sql), {"k": self._key if self.kind == "postgresql" else f"tuner-{self._key}"})
             conn.commit()  # the session-level lock stays; no transaction is left open
@@ -121,15 +129,21 @@ class ClaimLock:
             self._file = None
         else:
             sql = "SELECT pg_advisory_unlock(:k)" if self.kind == "postgresql" else "SELECT RELEASE_LOCK(:k)"
-            self._conn.execute(_text(sql), {"k": self._key if self.kind == "postgresql" else f"tuner-{self._key}"})
-            self._conn.commit()
+            try:
+                self._conn.execute(_text(sql), {"k": self._key if self.kind == "postgresql" else f"tuner-{self._key}"})
+                self._conn.commit()
+            finally:
+                self._conn.close()  # closing would free the lock anyway
+                self._conn = None
 
     def _connection(self):
         if self._conn is None:
-            from sqlalchemy import create_engine
-            from sqlalchemy.pool import NullPool
+            if self._engine is None:
+                from sqlalchemy import create_engine
+                from sqlalchemy.pool import NullPool
 
-            self._conn = create_engine(self.url, poolclass=NullPool).connect()
+                self._engine = create_engine(self.url, poolclass=NullPool)
+            self._conn = self._engine.connect()
         return self._conn
 
     def close(self) -> None:
@@ -195,6 +209,8 @@ class TrialClaims:
             try:
                 optuna.storages.fail_stale_trials(study)
                 limit = study.user_attrs.get(MAX_TRIALS_ATTR)
+                if limit is None and not self.other_machine:
+                    return True  # no study-wide budget: nothing to count
                 trials = study.get_trials(deepcopy=False)
                 finished, running = budget_counts(trials)
                 if limit is None or finished + running < limit:
