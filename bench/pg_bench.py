@@ -27,16 +27,9 @@ sys.path.insert(0, HERE)
 REPO = os.path.dirname(HERE)
 
 from synthetic import synthetic_objective  # noqa: E402
+from tuner.space import SPACES_DIR  # noqa: E402
 
-SMALL_SPACE = """\
-name: small
-backend: onnxruntime
-parameters:
-  precision: {type: categorical, choices: [fp32, int8-dynamic], default: fp32}
-  graph_optimization_level: {type: categorical, choices: [basic, extended, all], default: all}
-  intra_op_num_threads: {type: int, low: 1, high: 2, default: 2}
-  intra_op_spinning: {type: bool, default: true}
-"""
+SMALL_SPACE = open(os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")).read()
 
 
 def _pg_url(given: str | None):

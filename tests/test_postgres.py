@@ -15,19 +15,12 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from tuner.space import SPACES_DIR
 from tuner.cluster import budget_counts, machine_id
 from tuner.demo import write_demo_model
 from tuner.machine import fingerprint
 
-SMALL_SPACE = """\
-name: small
-backend: onnxruntime
-parameters:
-  precision: {type: categorical, choices: [fp32, int8-dynamic], default: fp32}
-  graph_optimization_level: {type: categorical, choices: [basic, extended, all], default: all}
-  intra_op_num_threads: {type: int, low: 1, high: 2, default: 2}
-  intra_op_spinning: {type: bool, default: true}
-"""
+SMALL_SPACE = open(os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")).read()
 PG_ENV = "TUNER_TEST_PG_URL"
 REQUIRED = bool(os.environ.get("CI")) or os.environ.get("TUNER_REQUIRE_PG") == "1"
 

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import numpy as np
@@ -15,18 +14,11 @@ import pytest
 from onnx import TensorProto, helper
 from optuna.trial import TrialState
 
+from tuner.space import SPACES_DIR
 from tuner.cli import main
 from tuner.lock import device_lock
 
-SMALL_SPACE = """\
-name: small
-backend: onnxruntime
-parameters:
-  precision: {type: categorical, choices: [fp32, int8-dynamic], default: fp32}
-  graph_optimization_level: {type: categorical, choices: [basic, extended, all], default: all}
-  intra_op_num_threads: {type: int, low: 1, high: 2, default: 2}
-  intra_op_spinning: {type: bool, default: true}
-"""
+SMALL_SPACE = open(os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")).read()
 
 # A user metric that misbehaves on its first call only (a marker file remembers), then measures cos.
 METRIC = """\
