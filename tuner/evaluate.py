@@ -3,16 +3,13 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
 
 from . import data as data_mod
 from .backends import onnxruntime as ortb
-from .errors import UserError
 from .measure.accuracy import Requirement, compute_metrics, load_user_metric
 from .lock import device_lock
 from .measure.latency import LatencyProtocol, measure_latency

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import sys
 from dataclasses import dataclass
 
