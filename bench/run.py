@@ -92,7 +92,8 @@ def interleaved(study: optuna.Study, configs: dict[str, dict], work: str) -> dic
         key = json.dumps(cfg, sort_keys=True)
         if key not in distinct:
             distinct[key] = len(sessions)
-            sessions.append(build_candidate(problem, cfg, os.path.join(work, f"final-{len(sessions)}")).session)
+            sessions.append(build_candidate(problem, cfg, os.path.join(work, f"final-{len(sessions)}"),
+                                            interleaved=True).session)
         index_of[label] = distinct[key]
     with device_lock(default_lock_path("cpu")):
         samples = time_interleaved(sessions, problem.batches[0], rounds=20)

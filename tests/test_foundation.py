@@ -128,3 +128,19 @@ def test_weights_in_constant_nodes_are_quantized(tmp_path, route):
     ops = {n.op_type for n in built.graph.node}
     assert ops & {"ConvInteger", "DequantizeLinear"}, ops  # the Conv's weight was quantized
     assert rec["metrics"]["cos"] < 0.05
+
+
+def test_sessions_timed_side_by_side_stop_spinning_after_a_run(demo_path):
+    # Idle sessions that keep spinning take the cores from the one being timed (bench/interleave_bench.py).
+    from tuner.backends.onnxruntime import make_session
+
+    def stop_entry(settings, interleaved):
+        opts = make_session(demo_path, settings, interleaved).get_session_options()
+        try:
+            return opts.get_session_config_entry("session.force_spinning_stop")
+        except RuntimeError:  # ORT's answer for a key never set
+            return None
+
+    assert stop_entry({}, interleaved=True) == "1"
+    assert stop_entry({}, interleaved=False) is None  # the exported engine keeps ORT's behaviour
+    assert stop_entry({"intra_op_spinning": False}, interleaved=True) is None

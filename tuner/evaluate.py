@@ -108,8 +108,10 @@ def _no_phase(name: str) -> None:
     pass
 
 
-def build_candidate(problem: Problem, config: dict, out_dir: str, on_phase: Callable[[str], None] = _no_phase) -> Candidate:
-    """Apply the graph transformations, write the engine artifact into out_dir and load it."""
+def build_candidate(problem: Problem, config: dict, out_dir: str, on_phase: Callable[[str], None] = _no_phase,
+                    interleaved: bool = False) -> Candidate:
+    """Apply the graph transformations, write the engine artifact into out_dir and load it
+    (interleaved: for timing alongside other live sessions, see make_session)."""
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.perf_counter()
     route = config.get("precision", "fp32")
@@ -117,7 +119,7 @@ def build_candidate(problem: Problem, config: dict, out_dir: str, on_phase: Call
     model_path = apply_precision(problem.model, config, out_dir, problem.calib, CACHE_DIR, problem.data_hash)
     settings = ortb.session_settings(config)
     on_phase("session creation")
-    session = ortb.make_session(model_path, settings)
+    session = ortb.make_session(model_path, settings, interleaved)
     build_s = time.perf_counter() - t0
     ortb.write_engine(out_dir, model_path, settings)
     src = os.path.join(out_dir, "input.onnx")

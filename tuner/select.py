@@ -41,7 +41,8 @@ def top_candidates(study: optuna.Study, k: int) -> list:
 
 def time_interleaved(sessions: list, feed: dict, rounds: int = 30, per_round: int = 3, warmup: int = 3,
                      max_seconds: float = 60.0) -> list[list[float]]:
-    """Samples (ms) per session, taken round-robin so drift on a shared machine hits all alike."""
+    """Samples (ms) per session, taken round-robin so drift on a shared machine hits all alike.
+    Build the sessions with interleaved=True (see make_session), or idle ones slow the timed one."""
     feeds = [adapt_feed(s, feed) for s in sessions]
     for s, f in zip(sessions, feeds):
         for _ in range(warmup):
@@ -50,7 +51,7 @@ def time_interleaved(sessions: list, feed: dict, rounds: int = 30, per_round: in
     start = time.perf_counter()
     for r in range(rounds):
         for i, s in enumerate(sessions):
-            s.run(None, feeds[i])  # untimed: lets the previous engine's spinning threads settle
+            s.run(None, feeds[i])  # untimed: refills the caches the previous engine evicted
             for _ in range(per_round):
                 t0 = time.perf_counter()
                 s.run(None, feeds[i])
@@ -78,7 +79,8 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
     with tempfile.TemporaryDirectory(prefix="tuner-select-") as tmp:
         built = []
         for t in entries:
-            cand = build_candidate(problem, t.user_attrs["config"], os.path.join(tmp, f"trial-{t.number}"))
+            cand = build_candidate(problem, t.user_attrs["config"], os.path.join(tmp, f"trial-{t.number}"),
+                                   interleaved=True)
             metrics, _ = check_accuracy(problem, cand.session)
             built.append((t, cand, metrics))
         with device_lock(default_lock_path("cpu")):
