@@ -106,12 +106,13 @@ def main() -> None:
     pg, started = _pg_url(args.pg)
     try:
         with tempfile.TemporaryDirectory(prefix="pg-bench-") as tmp:
+            from tuner import evaluate
             from tuner.demo import write_demo_model
 
             with open(os.path.join(tmp, "small.yaml"), "w") as f:
                 f.write(SMALL_SPACE)
             model = write_demo_model(os.path.join(tmp, "demo.onnx"))
-            os.environ["TUNER_CACHE"] = os.path.join(tmp, "cache")
+            evaluate.CACHE_DIR = os.path.join(tmp, "cache")  # TUNER_CACHE is read at import
             print(f"storage overhead per trial, {args.trials} synthetic trials, one process (ms; first/last tenth)")
             for mode in ("plain optimize", "tuner loop"):
                 for kind, url in (("sqlite", f"sqlite:///{tmp}/{mode[0]}.db"), ("journal", f"journal:///{tmp}/{mode[0]}.log"),

@@ -22,6 +22,7 @@ import time
 import optuna
 
 from tuner.demo import write_demo_model
+from tuner import evaluate
 from tuner.evaluate import build_candidate
 from tuner.lock import default_lock_path, device_lock
 from tuner.measure.latency import LatencyProtocol
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
     results = {}
     for model in args.models:
         work = tempfile.mkdtemp(prefix=f"bench-{model}-")
-        os.environ["TUNER_CACHE"] = os.path.join(work, "cache")
+        evaluate.CACHE_DIR = os.path.join(work, "cache")  # read at import from TUNER_CACHE: set it directly
         runs = {}
         for kind, seeds in (("tuner", args.seeds), ("random", args.seeds), ("grid", [0])):
             for seed in seeds:

@@ -22,6 +22,7 @@ import time
 
 import optuna
 
+from tuner import evaluate
 from tuner.demo import write_demo_model
 from tuner.measure.latency import LatencyProtocol
 from tuner.study import TuneOptions, baseline_trial, is_feasible, latency_of, open_study
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
     rows, raw = [], []
     for mname in args.models:
         work = tempfile.mkdtemp(prefix=f"bench-sens-{mname}-")
-        os.environ.setdefault("TUNER_CACHE", os.path.join(work, "cache"))
+        evaluate.CACHE_DIR = os.path.join(work, "cache")  # TUNER_CACHE is read at import
         model = model_path(mname, work)
         shapes, require = MODELS[mname]
         studies = {}

@@ -144,3 +144,24 @@ def test_sessions_timed_side_by_side_stop_spinning_after_a_run(demo_path):
     assert stop_entry({}, interleaved=True) == "1"
     assert stop_entry({}, interleaved=False) is None  # the exported engine keeps ORT's behaviour
     assert stop_entry({"intra_op_spinning": False}, interleaved=True) is None
+
+
+def test_models_fed_the_same_inputs_keep_their_own_calibration_ranges(problem, tmp_path):
+    # Calibration ranges are cached; keyed by the data alone, a second model with the same input
+    # feed read the first one's ranges and int8-static failed on every tensor it lacked.
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((256, 32)).astype(np.float32), "other_w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "other_w"], ["other_mm"]), helper.make_node("Relu", ["other_mm"], ["y"])],
+        "other", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64, 32])], [w])
+    other_path = str(tmp_path / "other.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), other_path)
+    other = load_problem(other_path, shapes=SHAPE, require="cos<=0.01", n_batches=2)
+    assert other.data_hash == problem.data_hash  # the same feed: only the model tells them apart
+    static = ["precision=int8-static"]
+    evaluate_config(problem, config_from_sets(problem, static), str(tmp_path / "demo"), FAST)
+    rec = evaluate_config(other, config_from_sets(other, static), str(tmp_path / "other"), FAST)
+    assert rec["metrics"]["cos"] < 0.01

@@ -252,7 +252,7 @@ class TrialClaims:
             try:
                 return objective(trial)
             finally:
-                upload_calibration(self.ctx.study, self.ctx.problem.data_hash)
+                upload_calibration(self.ctx.study, self.ctx.problem.calib_key)
         return run
 
 
@@ -274,10 +274,10 @@ def download_calibration(study: optuna.Study) -> None:
             os.replace(tmp, path)
 
 
-def upload_calibration(study: optuna.Study, data_hash: str) -> None:
+def upload_calibration(study: optuna.Study, calib_key: str) -> None:
     """Store calibration ranges computed here once per cache key, for every other worker."""
     stored = study.user_attrs
-    for path in glob.glob(os.path.join(evaluate.CACHE_DIR, f"calib-{data_hash}-*.json")):
+    for path in glob.glob(os.path.join(evaluate.CACHE_DIR, f"calib-{calib_key}-*.json")):
         key = CALIB_PREFIX + os.path.basename(path)
         if key not in stored:
             with open(path) as f:

@@ -54,6 +54,12 @@ class Problem:
     graph_nodes: list = field(default_factory=list)
     refs: list = field(default_factory=list)
 
+    @property
+    def calib_key(self) -> str:
+        """Names the cached calibration ranges. The model is part of it: two models fed the same
+        inputs (ResNet-18 and MobileNetV3 at 1x3x224x224) have different tensors to range."""
+        return f"{self.model_hash}-{self.data_hash}"
+
 
 def load_problem(model_path: str, space_path: str | None = None, data: str | None = None, calib_data: str | None = None,
                  shapes: list[str] | None = None, int_ranges: list[str] | None = None, require: Any = None,
@@ -116,7 +122,7 @@ def build_candidate(problem: Problem, config: dict, out_dir: str, on_phase: Call
     t0 = time.perf_counter()
     route = config.get("precision", "fp32")
     on_phase("calibration" if route == "int8-static" else f"build ({route})")
-    model_path = apply_precision(problem.model, config, out_dir, problem.calib, CACHE_DIR, problem.data_hash)
+    model_path = apply_precision(problem.model, config, out_dir, problem.calib, CACHE_DIR, problem.calib_key)
     settings = ortb.session_settings(config)
     on_phase("session creation")
     session = ortb.make_session(model_path, settings, interleaved)
