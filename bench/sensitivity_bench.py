@@ -115,7 +115,8 @@ def main(argv=None) -> int:
     rows, raw = [], []
     for mname in args.models:
         work = tempfile.mkdtemp(prefix=f"bench-sens-{mname}-")
-        evaluate.CACHE_DIR = os.path.join(work, "cache")  # TUNER_CACHE is read at import
+        if "TUNER_CACHE" not in os.environ:  # a cache the user named is kept; evaluate reads it at import
+            evaluate.CACHE_DIR = os.path.join(work, "cache")
         model = model_path(mname, work)
         shapes, require = MODELS[mname]
         studies = {}
