@@ -4,11 +4,14 @@ from __future__ import annotations
 import optuna
 
 from .errors import UserError
-from .evaluate import Problem
-from .storage import default_url, open_storage
-from .study import SETTINGS_ATTR, TuneOptions, problem_spec
-from .tune import TuneResult
-from .tune import tune as _tune
+from .problem import Problem
+from .run.options import TuneOptions
+from .run.tune import TuneResult
+from .run.tune import tune as _tune
+from .search.settings import SETTINGS_ATTR, problem_spec
+from .storage import default_url
+from .storage import load_study as _load_study
+from .winner import export_winner, select_winner
 
 
 def tune(model: str | None = None, study: str = "demo", **options) -> TuneResult:
@@ -17,13 +20,8 @@ def tune(model: str | None = None, study: str = "demo", **options) -> TuneResult
 
 
 def load_study(study: str, storage: str | None = None) -> optuna.Study:
-    """Open an existing study for reading (works while another process writes it)."""
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    url = storage or default_url(study)
-    try:
-        return optuna.load_study(study_name=study, storage=open_storage(url))
-    except KeyError:
-        raise UserError(f"no study {study!r} in {url}; `tuner studies` lists the studies") from None
+    """Open an existing study for reading (works while another process writes it; creates nothing)."""
+    return _load_study(study, storage or default_url(study), reading=True)
 
 
 def study_problem(study: optuna.Study) -> Problem:
@@ -35,14 +33,10 @@ def study_problem(study: optuna.Study) -> Problem:
 
 
 def select(study: str, storage: str | None = None, top_k: int = 3) -> dict | None:
-    from .select import select_winner
-
-    s = load_study(study, storage)
+    s = _load_study(study, storage or default_url(study))
     return select_winner(s, study_problem(s), top_k)
 
 
 def export(study: str, out: str, storage: str | None = None, best_effort: bool = False) -> dict:
-    from .select import export_winner
-
-    s = load_study(study, storage)
+    s = _load_study(study, storage or default_url(study))
     return export_winner(s, study_problem(s), out, best_effort)

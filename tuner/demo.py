@@ -9,6 +9,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .errors import UserError
+
 DEMO_SEQ = 64
 DEMO_HIDDEN = 256
 DEMO_FFN = 1024
@@ -122,8 +124,6 @@ DEMO_SHAPES = {"x": (8, DEMO_SEQ, DEMO_HIDDEN)}
 def write_demo_model(path: str, outliers: int = 0, seed: int = 0) -> str:
     """Write the demo model; `outliers` plants outliers in that many blocks (block 1, then 3, 0, 2)."""
     if not 0 <= outliers <= DEMO_LAYERS:
-        from .errors import UserError
-
         raise UserError(f"--outliers {outliers}: the demo model has {DEMO_LAYERS} blocks; pass 0..{DEMO_LAYERS}")
     blocks = (1, 3, 0, 2)[:outliers]
     onnx.save(build_demo_model(outlier_blocks=blocks, seed=seed), path)

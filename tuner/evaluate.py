@@ -1,187 +1,235 @@
-"""Build one candidate engine and measure its latency and accuracy against the cached reference."""
+"""Build a candidate through its backend and measure it: accuracy against the fp32 reference, then
+latency under the device's timing lock. Backend-neutral.
+
+The jobs at the bottom are what runs in an isolated child (tuner.isolate); Evaluator is the parent's
+handle on them. Trials, sensitivity analysis, selection and export all build through it, so a crash
+in a backend (a segfault in calibration, an OOM kill) fails one job and never the tuning process.
+"""
 from __future__ import annotations
 
+import contextlib
 import os
-import pickle
+import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict
 from typing import Any, Callable
 
+from . import cache
+from .backends.base import Backend, BuildContext, Engine, get_backend
+from .isolate import IsolatedRunner
+from .locks import default_lock_path, device_lock
+from .measure.accuracy import compute_metrics, load_user_metric
+from .measure.latency import LatencyProtocol, measure_latency, time_side_by_side
+from .problem import Problem, ProblemSpec
+from .record import TrialRecord
+from .reference import reference_outputs
 
-from . import data as data_mod
-from .backends import onnxruntime as ortb
-from .measure.accuracy import Requirement, compute_metrics, load_user_metric
-from .lock import device_lock
-from .measure.latency import LatencyProtocol, measure_latency
-from .model import input_specs, load_model, model_hash, parse_shape_profile, resolve_shapes
-from .routes import apply_precision
-from .space import Space, config_key, defaults_chooser, load_space, normalize, parse_set
-
-CACHE_DIR = os.environ.get("TUNER_CACHE", ".tuner-cache")
-
-
-@dataclass
-class ProblemSpec:
-    """What defines a problem, as given by the user: JSON-able, stored in a study, sent to child processes."""
-
-    model_path: str
-    space_path: str | None = None
-    data: str | None = None
-    calib_data: str | None = None
-    shapes: list[str] | None = None
-    int_ranges: list[str] | None = None
-    require: str | None = None
-    n_batches: int = 4
-    n_calib: int = 4
-
-    def load(self) -> "Problem":
-        return load_problem(self.model_path, self.space_path, self.data, self.calib_data, self.shapes,
-                            self.int_ranges, self.require, self.n_batches, self.n_calib)
-
-
-@dataclass
-class Problem:
-    """Everything fixed across trials: model, data, reference outputs, requirement, space."""
-
-    model_path: str
-    model: Any
-    model_hash: str
-    space: Space
-    batches: list
-    calib: list
-    data_hash: str
-    requirement: Requirement
-    graph_nodes: list = field(default_factory=list)
-    refs: list = field(default_factory=list)
-
-    @property
-    def calib_key(self) -> str:
-        """Names the cached calibration ranges. The model is part of it: two models fed the same
-        inputs (ResNet-18 and MobileNetV3 at 1x3x224x224) have different tensors to range."""
-        return f"{self.model_hash}-{self.data_hash}"
-
-
-def load_problem(model_path: str, space_path: str | None = None, data: str | None = None, calib_data: str | None = None,
-                 shapes: list[str] | None = None, int_ranges: list[str] | None = None, require: Any = None,
-                 n_batches: int = 4, n_calib: int = 4) -> Problem:
-    requirement = Requirement.parse(require)
-    space = load_space(space_path)
-    model = load_model(model_path)
-    specs = input_specs(model)
-    profile = parse_shape_profile(shapes)
-    if data:
-        batches = data_mod.load_npz_batches(data, specs)
-    else:
-        batches = data_mod.synthetic_batches(specs, resolve_shapes(specs, profile), n_batches, data_mod.parse_int_ranges(int_ranges))
-    calib = data_mod.load_npz_batches(calib_data, specs) if calib_data else batches[:n_calib]
-    problem = Problem(model_path, model, model_hash(model_path), space, batches, calib,
-                      data_mod.batches_hash(batches) + data_mod.batches_hash(calib)[:8], requirement,
-                      [(n.name, n.op_type) for n in model.graph.node])
-    problem.refs = reference_outputs(problem)
-    return problem
-
-
-def reference_outputs(problem: Problem) -> list:
-    """fp32 outputs with all optimizations off, cached on disk by model hash + data hash."""
-    os.makedirs(CACHE_DIR, exist_ok=True)
-    path = os.path.join(CACHE_DIR, f"ref-{problem.model_hash}-{problem.data_hash}.pkl")
-    if os.path.isfile(path):
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    refs = ortb.run_batches(ortb.reference_session(problem.model_path), problem.batches)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        pickle.dump(refs, f)
-    os.replace(tmp, path)
-    return refs
-
-
-def config_from_sets(problem: Problem, sets: list[str] | None) -> dict:
-    return normalize(problem.space, defaults_chooser(parse_set(sets, problem.space)), problem.graph_nodes)
-
-
-@dataclass
-class Candidate:
-    """A built engine, loaded and ready to run."""
-
-    session: Any
-    model_path: str
-    settings: dict
-    build_s: float
+Phase = Callable[[str], None]
 
 
 def _no_phase(name: str) -> None:
     pass
 
 
-def build_candidate(problem: Problem, config: dict, out_dir: str, on_phase: Callable[[str], None] = _no_phase,
-                    interleaved: bool = False) -> Candidate:
-    """Apply the graph transformations, write the engine artifact into out_dir and load it
-    (interleaved: for timing alongside other live sessions, see make_session)."""
-    os.makedirs(out_dir, exist_ok=True)
+def backend_of(problem: Problem, config: dict) -> Backend:
+    """The backend that builds `config`: its `backend` choice in a space over several, else the space's."""
+    return get_backend(config.get("backend") or problem.space.backends[0])
+
+
+def ensure_reference(problem: Problem) -> list:
+    if problem.refs is None:
+        problem.refs = reference_outputs(problem.model_path, problem.model_hash, problem.data_hash, problem.batches)
+    return problem.refs
+
+
+def build(problem: Problem, config: dict, workdir: str, on_phase: Phase = _no_phase,
+          side_by_side: bool = False) -> tuple[Engine, Backend, float]:
+    """Build and load the engine of `config` into workdir; returns (engine, its backend, build seconds)."""
+    backend = backend_of(problem, config)
+    os.makedirs(workdir, exist_ok=True)
+    ctx = BuildContext(workdir, problem.shapes, problem.calib, problem.calib_key, cache.cache_dir(), on_phase,
+                       side_by_side)
     t0 = time.perf_counter()
-    route = config.get("precision", "fp32")
-    on_phase("calibration" if route == "int8-static" else f"build ({route})")
-    model_path = apply_precision(problem.model, config, out_dir, problem.calib, CACHE_DIR, problem.calib_key)
-    settings = ortb.session_settings(config)
-    on_phase("session creation")
-    session = ortb.make_session(model_path, settings, interleaved)
-    build_s = time.perf_counter() - t0
-    ortb.write_engine(out_dir, model_path, settings)
-    src = os.path.join(out_dir, "input.onnx")
-    if os.path.exists(src):
-        os.remove(src)
-    return Candidate(session, model_path, settings, build_s)
+    engine = backend.build(problem.model, config, ctx)
+    return engine, backend, time.perf_counter() - t0
 
 
-def check_accuracy(problem: Problem, session) -> tuple[dict, dict]:
+def check_accuracy(problem: Problem, engine: Engine) -> tuple[dict, dict]:
     """Every metric on the validation batches (aggregate = worst output), plus the per-output table."""
-    outputs = ortb.run_batches(session, problem.batches)
-    metrics, per_output = compute_metrics(outputs, problem.refs)
+    outputs = [engine.run(b) for b in problem.batches]
+    refs = ensure_reference(problem)
+    metrics, per_output = compute_metrics(outputs, refs)
     for spec in problem.requirement.user_metrics():
-        metrics[spec] = float(load_user_metric(spec)(outputs, problem.refs, problem.batches))
+        metrics[spec] = float(load_user_metric(spec)(outputs, refs, problem.batches))
     return metrics, per_output
 
 
-def evaluate_config(problem: Problem, config: dict, out_dir: str, protocol: LatencyProtocol | None = None,
-                    on_phase: Callable[[str], None] = _no_phase, lock_path: str | None = None) -> dict:
-    """Build the candidate into out_dir, then measure. Returns a JSON-able record.
-
-    Timing holds the device lock (when lock_path is given), so no two candidates are timed at once;
-    the record keeps the wall-clock window of the timing.
-    """
-    cand = build_candidate(problem, config, out_dir, on_phase)
-    on_phase("accuracy check")
-    metrics, per_output = check_accuracy(problem, cand.session)
-    feed = ortb.adapt_feed(cand.session, problem.batches[0])
-    on_phase("waiting for the timing lock")
-    with device_lock(lock_path):
-        on_phase("timing")
-        window_start = time.time()
-        latency = measure_latency(lambda: cand.session.run(None, feed), protocol)
-        window_end = time.time()
-    size = sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir))
-    return {
-        "config": config,
-        "key": config_key(config),
-        "latency": latency.to_dict(),
-        "metrics": metrics,
-        "per_output": per_output,
-        "violations": problem.requirement.violations(metrics),
-        "feasible": problem.requirement.holds(metrics),
-        "build_s": cand.build_s,
-        "engine_bytes": size,
-        "engine_dir": os.path.abspath(out_dir),
-        "backend": ortb.backend_version(),
-        "timing_window": [window_start, window_end],
-    }
+def _dir_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
 
 
-def evaluate_spec(spec: dict, cache_dir: str, config: dict, out_dir: str, protocol: dict | None,
-                  lock_path: str | None, on_phase: Callable[[str], None] = _no_phase) -> dict:
-    """evaluate_config from plain arguments: the entry point of a trial's child process."""
-    global CACHE_DIR
-    CACHE_DIR = cache_dir
+def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProtocol | None = None,
+            on_phase: Phase = _no_phase) -> TrialRecord:
+    """Build the candidate into out_dir, check its accuracy, then time it holding its device's lock,
+    so no two candidates are ever timed at once; the record keeps the wall-clock timing window."""
+    engine, backend, build_s = build(problem, config, out_dir, on_phase)
+    try:
+        on_phase("accuracy check")
+        metrics, per_output = check_accuracy(problem, engine)
+        call = engine.timed_call(problem.batches[0])
+        on_phase("waiting for the timing lock")
+        with device_lock(default_lock_path(backend.device)):
+            on_phase("timing")
+            window_start = time.time()
+            latency = measure_latency(call, protocol)
+            window_end = time.time()
+    finally:
+        engine.close()
+    return TrialRecord(
+        config=config, latency=latency.to_dict(), metrics=metrics, per_output=per_output,
+        violations=problem.requirement.violations(metrics), feasible=problem.requirement.holds(metrics),
+        build_s=build_s, engine_bytes=_dir_bytes(out_dir), backend=f"{backend.name}-{backend.versions()[backend.name]}",
+        engine_dir=os.path.abspath(out_dir), timing_window=[window_start, window_end])
+
+
+# ---------------------------------------------------------------- jobs: what runs in the isolated child
+
+_LOADED: dict[str, Problem] = {}  # a persistent child keeps its problem (model, data, reference) loaded
+
+
+def _problem(spec: dict, cache_dir: str) -> Problem:
+    os.environ[cache.CACHE_ENV] = cache_dir  # the forkserver's environment may predate the caller's
+    key = repr(sorted(spec.items()))
+    if key not in _LOADED:
+        _LOADED.clear()
+        _LOADED[key] = ProblemSpec(**spec).load()
+    return _LOADED[key]
+
+
+def measure_job(spec: dict, cache_dir: str, config: dict, out_dir: str, protocol: dict | None,
+                on_phase: Phase = _no_phase) -> dict:
     on_phase("loading the model and reference")
-    problem = ProblemSpec(**spec).load()
-    return evaluate_config(problem, config, out_dir, LatencyProtocol(**protocol) if protocol else None, on_phase, lock_path)
+    problem = _problem(spec, cache_dir)
+    return measure(problem, config, out_dir, LatencyProtocol(**protocol) if protocol else None, on_phase).to_dict()
+
+
+@contextlib.contextmanager
+def _checked_engine(problem: Problem, config: dict, on_phase: Phase):
+    """Build `config` in a temporary folder and check its accuracy: yields (engine, backend, metrics,
+    per_output); the engine is closed and its folder removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="tuner-job-") as work:
+        engine, backend, _ = build(problem, config, work, on_phase)
+        try:
+            on_phase("accuracy check")
+            yield (engine, backend, *check_accuracy(problem, engine))
+        finally:
+            engine.close()
+
+
+def accuracy_job(spec: dict, cache_dir: str, config: dict, protocol: dict | None, on_phase: Phase = _no_phase) -> dict:
+    """Error metrics of one build (sensitivity), and with a protocol its latency (untimed by others:
+    a quick figure for the ranking, not a trial's measurement)."""
+    problem = _problem(spec, cache_dir)
+    with _checked_engine(problem, config, on_phase) as (engine, backend, metrics, _):
+        out: dict[str, Any] = {"metrics": metrics, "feasible": problem.requirement.holds(metrics)}
+        if protocol:
+            on_phase("timing")
+            with device_lock(default_lock_path(backend.device)):
+                out["median_ms"] = measure_latency(engine.timed_call(problem.batches[0]),
+                                                   LatencyProtocol(**protocol)).median_ms
+    return out
+
+
+def node_times_job(spec: dict, cache_dir: str, backend: str, on_phase: Phase = _no_phase) -> dict[str, float]:
+    """Each node's share of the fp32 run time, from the backend's profiler; {} where it has none."""
+    problem = _problem(spec, cache_dir)
+    profiler = getattr(get_backend(backend), "node_times", None)
+    if profiler is None:
+        return {}
+    on_phase("profiling")
+    with tempfile.TemporaryDirectory(prefix="tuner-prof-") as work:
+        return profiler(problem.model, problem.batches[:1], work)
+
+
+def confirm_job(spec: dict, cache_dir: str, configs: list[dict], rounds: int, on_phase: Phase = _no_phase) -> list[dict]:
+    """Rebuild every config, check its accuracy again and time them all side by side (selection).
+    A config that fails to build is reported with its reason; the others are still compared."""
+    problem = _problem(spec, cache_dir)
+    results: list[dict] = []
+    engines: list[Engine] = []
+    devices: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="tuner-select-") as work:
+        try:
+            for i, config in enumerate(configs):
+                try:
+                    engine, backend, _ = build(problem, config, os.path.join(work, str(i)), on_phase, side_by_side=True)
+                except Exception as exc:  # noqa: BLE001  one finalist failing is a result, not the end
+                    results.append({"error": f"{type(exc).__name__}: {exc}"})
+                    continue
+                on_phase("accuracy check")
+                metrics, _ = check_accuracy(problem, engine)
+                results.append({"metrics": metrics, "feasible": problem.requirement.holds(metrics)})
+                engines.append(engine)
+                devices.add(backend.device)
+            on_phase("timing side by side")
+            with device_lock(default_lock_path(sorted(devices)[0] if devices else "cpu")):
+                samples = time_side_by_side([e.timed_call(problem.batches[0]) for e in engines], rounds=rounds)
+        finally:
+            for e in engines:
+                e.close()
+    it = iter(samples)
+    for r in results:
+        if "error" not in r:
+            r["samples"] = next(it)
+    return results
+
+
+def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase: Phase = _no_phase) -> dict:
+    """Rebuild `config`, check its accuracy and save the engine into out_dir."""
+    problem = _problem(spec, cache_dir)
+    with _checked_engine(problem, config, on_phase) as (engine, backend, metrics, per_output):
+        on_phase("saving")
+        path = engine.save(out_dir)
+    return {"metrics": metrics, "per_output": per_output, "engine": path, "backend": backend.name}
+
+
+class Evaluator:
+    """The parent's handle on the jobs of one problem: each runs in an isolated child, and a crash,
+    hang or error raises TrialFailure with the reason. persistent=True keeps one child (and the
+    loaded problem) across jobs, for the many small builds of a sensitivity analysis."""
+
+    def __init__(self, spec: ProblemSpec | dict, timeout_s: float = 600.0, protocol: LatencyProtocol | None = None,
+                 persistent: bool = False):
+        self.spec = asdict(spec) if isinstance(spec, ProblemSpec) else dict(spec)
+        self.timeout_s = timeout_s
+        self.protocol = protocol
+        self._runner = IsolatedRunner(persistent)
+
+    def _call(self, fn: Callable, **kwargs) -> Any:
+        return self._runner.call(fn, {"spec": self.spec, "cache_dir": cache.cache_dir(), **kwargs}, self.timeout_s)
+
+    def measure(self, config: dict, out_dir: str) -> TrialRecord:
+        rec = self._call(measure_job, config=config, out_dir=out_dir,
+                         protocol=asdict(self.protocol) if self.protocol else None)
+        return TrialRecord.from_dict(rec)
+
+    def accuracy(self, config: dict, timing: LatencyProtocol | None = None) -> dict:
+        return self._call(accuracy_job, config=config, protocol=asdict(timing) if timing else None)
+
+    def node_times(self, backend: str) -> dict[str, float]:
+        return self._call(node_times_job, backend=backend)
+
+    def confirm(self, configs: list[dict], rounds: int = 30) -> list[dict]:
+        return self._call(confirm_job, configs=configs, rounds=rounds)
+
+    def export(self, config: dict, out_dir: str) -> dict:
+        return self._call(export_job, config=config, out_dir=out_dir)
+
+    def close(self) -> None:
+        self._runner.close()
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,8 +1,10 @@
-"""Run one candidate in a child process with a time limit, so crashes and hangs fail only that trial.
+"""Run jobs in a child process with a time limit, so crashes and hangs fail only that job.
 
-The child comes from a forkserver: it starts fast (the server has the heavy modules imported) and
-never inherits the parent's ONNX Runtime threads. It reports its phase as it goes, so a failure
-says where it happened ("killed by signal 11 (SIGSEGV) during calibration").
+Children come from a forkserver: they start fast (the server has the heavy modules imported) and
+never inherit the parent's ONNX Runtime threads. A child reports its phase as it goes, so a failure
+says where it happened ("killed by signal 11 (SIGSEGV) during calibration"). An IsolatedRunner
+either starts a child per job (trials: each starts clean) or keeps one child for many jobs
+(sensitivity: the problem stays loaded), and starts a new one after a crash.
 """
 from __future__ import annotations
 
@@ -13,22 +15,23 @@ import traceback
 from typing import Any, Callable
 
 _CTX = None
+PRELOAD = ["tuner.evaluate", "tuner.backends.onnxruntime"]
 
 
 class TrialFailure(Exception):
-    """The candidate could not be built or measured; the message is the reason stored in the trial."""
+    """The job could not be done; the message is the reason (stored as the trial's fail_reason)."""
 
 
 def _context():
     global _CTX
     if _CTX is None:
         _CTX = mp.get_context("forkserver")
-        _CTX.set_forkserver_preload(["tuner.evaluate"])
+        _CTX.set_forkserver_preload(PRELOAD)
     return _CTX
 
 
 def _quiet_child() -> None:
-    """ORT's quantization tools print progress and warn through the root logger: keep trials' output clean."""
+    """Quantization tools print progress and warn through the root logger: keep the parent's output clean."""
     import logging
     import os
 
@@ -38,23 +41,33 @@ def _quiet_child() -> None:
     os.close(devnull)
 
 
-def _child(conn, fn: Callable, kwargs: dict) -> None:
-    # Ctrl-C reaches the whole process group: the parent fails the trial and ends this child.
+def _reason(exc: BaseException) -> str:
+    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    where = f" at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno}" if last else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _serve(conn) -> None:
+    """The child: run jobs from the pipe until it closes."""
+    # Ctrl-C reaches the whole process group: the parent fails the job and ends this child.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _quiet_child()
 
     def on_phase(name: str) -> None:
         conn.send(("phase", name))
 
-    try:
-        result = fn(on_phase=on_phase, **kwargs)
-        conn.send(("ok", result))
-    except BaseException as exc:  # everything goes back to the parent as a reason
-        last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
-        where = f" at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno}" if last else ""
-        conn.send(("error", f"{type(exc).__name__}: {exc}{where}"))
-    finally:
-        conn.close()
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        fn, kwargs = job
+        try:
+            conn.send(("ok", fn(on_phase=on_phase, **kwargs)))
+        except BaseException as exc:  # everything goes back to the parent as a reason
+            conn.send(("error", _reason(exc)))
 
 
 def _signal_name(n: int) -> str:
@@ -64,27 +77,48 @@ def _signal_name(n: int) -> str:
         return "unknown"
 
 
-def run_isolated(fn: Callable, kwargs: dict, timeout_s: float) -> Any:
-    """Call fn(on_phase=..., **kwargs) in a child; return its result or raise TrialFailure with the reason."""
-    ctx = _context()
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, fn, kwargs), daemon=True)
-    proc.start()
-    child.close()
-    phase = "start-up"
-    deadline = time.monotonic() + timeout_s
-    try:
+class IsolatedRunner:
+    """Calls fn(on_phase=..., **kwargs) in a child; returns its result or raises TrialFailure."""
+
+    def __init__(self, persistent: bool = False):
+        self.persistent = persistent
+        self._proc = None
+        self._conn = None
+
+    def call(self, fn: Callable, kwargs: dict, timeout_s: float) -> Any:
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        ok = False
+        try:
+            self._conn.send((fn, kwargs))
+            result = self._wait(timeout_s)
+            ok = True
+            return result
+        finally:
+            if not (ok and self.persistent):
+                self.close()
+
+    def _start(self) -> None:
+        ctx = _context()
+        self._conn, child = ctx.Pipe(duplex=True)
+        self._proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self._proc.start()
+        child.close()
+
+    def _wait(self, timeout_s: float) -> Any:
+        phase = "start-up"
+        deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TrialFailure(f"timed out after {timeout_s:g} s during {phase}")
             try:
-                if not parent.poll(min(left, 1.0)):
+                if not self._conn.poll(min(left, 1.0)):
                     continue
-                kind, value = parent.recv()
-            except EOFError:  # the child died without a word
-                proc.join(5)
-                code = proc.exitcode
+                kind, value = self._conn.recv()
+            except (EOFError, ConnectionError):  # the child died without a word
+                self._proc.join(5)
+                code = self._proc.exitcode
                 if code is not None and code < 0:
                     raise TrialFailure(f"killed by signal {-code} ({_signal_name(-code)}) during {phase}") from None
                 raise TrialFailure(f"child process exited with code {code} during {phase}") from None
@@ -94,8 +128,18 @@ def run_isolated(fn: Callable, kwargs: dict, timeout_s: float) -> Any:
                 return value
             else:
                 raise TrialFailure(f"{value} (during {phase})")
-    finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join(5)
-        parent.close()
+
+    def close(self) -> None:
+        """End the child (idle between jobs, or hung: either way nothing is lost)."""
+        if self._proc is None:
+            return
+        if self._proc.is_alive():
+            self._proc.kill()
+        self._proc.join(5)
+        self._conn.close()
+        self._proc = self._conn = None
+
+
+def run_isolated(fn: Callable, kwargs: dict, timeout_s: float) -> Any:
+    """One job in a fresh child."""
+    return IsolatedRunner().call(fn, kwargs, timeout_s)

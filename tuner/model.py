@@ -23,6 +23,20 @@ class TensorSpec:
         return any(not isinstance(d, int) for d in self.shape)
 
 
+@dataclass
+class ModelFile:
+    """The model a study tunes: its file (compilers that read files read it) and the loaded proto."""
+
+    path: str
+    proto: onnx.ModelProto  # loaded with external data
+    hash: str
+
+    @property
+    def nodes(self) -> list[tuple[str, str]]:
+        """(node name, op type) of the main graph: what per-layer parameters are made of."""
+        return [(n.name, n.op_type) for n in self.proto.graph.node]
+
+
 def load_model(path: str) -> onnx.ModelProto:
     """Load an ONNX model (external data too) and run the checker; user errors name the file."""
     if not os.path.isfile(path):

@@ -6,7 +6,7 @@ import time
 
 from optuna.trial import TrialState
 
-from .study import baseline_trial, best_feasible, is_feasible, latency_of
+from .search.trials import baseline_trial, best_feasible, is_feasible, latency_of
 
 
 def _fmt_s(s: float) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -12,7 +13,16 @@ import yaml
 
 from .errors import UserError
 
-SPACES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "search_spaces")
+
+def _spaces_dir() -> str:
+    """The built-in spaces: the repository's search_spaces/, installed as the package tuner.search_spaces."""
+    spec = importlib.util.find_spec("tuner.search_spaces")
+    if spec is not None and spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)[0]
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "search_spaces")
+
+
+SPACES_DIR = _spaces_dir()
 DEFAULT_SPACE = os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml")
 TYPES = {"categorical", "bool", "int", "float"}
 PARAM_KEYS = {"type", "choices", "low", "high", "log", "default", "when"}
@@ -54,6 +64,12 @@ class Space:
     backend: str
     params: list[Param]
     overrides: list[LayerOverride]
+
+    @property
+    def backends(self) -> list[str]:
+        """The backends its candidates are built with: the choices of a `backend` parameter, else `backend:`."""
+        chooser = next((p for p in self.params if p.name == "backend"), None)
+        return [str(c) for c in chooser.choices] if chooser is not None else [self.backend]
 
 
 def _cores(v):

@@ -1,10 +1,13 @@
 """Optuna storages behind one URL: SQLite (one process), a journal file (several local processes),
-PostgreSQL/MySQL (many hosts). Every command that takes --storage goes through open_storage."""
+PostgreSQL/MySQL (many hosts). Every command that takes --storage goes through open_storage; commands
+that only read open with create=False, which never makes a file or a table. Heartbeats (a dead
+worker's trial is failed and retried) and `tuner migrate` live here too."""
 from __future__ import annotations
 
 import glob
 import os
 import sqlite3
+import warnings
 from urllib.parse import urlsplit
 
 import optuna
@@ -13,6 +16,8 @@ from .errors import UserError
 
 STUDIES_DIR = "studies"
 JOURNAL_PREFIX = "journal:///"
+HEARTBEAT_ENV = "TUNER_HEARTBEAT_INTERVAL"
+GRACE_ENV = "TUNER_GRACE_PERIOD"
 
 
 def default_url(study: str) -> str:
@@ -33,10 +38,43 @@ def _server_hint(url: str) -> str:
     return f"{parts.hostname or 'localhost'}:{parts.port or 'default port'}"
 
 
-def open_storage(url: str, heartbeat: bool = False) -> optuna.storages.BaseStorage:
-    """Open (creating where it is a file) the storage at url, or raise a one-line UserError."""
+def heartbeat_options() -> dict:
+    """RDBStorage keyword arguments: heartbeats every TUNER_HEARTBEAT_INTERVAL s (default 30), a
+    trial is stale after TUNER_GRACE_PERIOD s without one (default 120), and is then retried once."""
+    try:
+        interval = int(os.environ.get(HEARTBEAT_ENV, "30"))
+        grace = int(os.environ.get(GRACE_ENV, str(max(120, 4 * interval))))
+    except ValueError:
+        raise UserError(f"{HEARTBEAT_ENV} and {GRACE_ENV} take whole seconds") from None
+    if interval < 1 or grace <= interval:
+        raise UserError(f"{HEARTBEAT_ENV}={interval}, {GRACE_ENV}={grace}: need 1 <= interval < grace period")
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeats are "experimental"
+    return {"heartbeat_interval": interval, "grace_period": grace,
+            "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)}
+
+
+def _has_optuna_schema(path: str) -> bool:
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+    return {"studies", "trials", "version_info"} <= tables
+
+
+def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
+    """Open the storage at url, or raise a one-line UserError. create=False (commands that read, or
+    write only into an existing study) refuses a missing file and a file that is not Optuna's."""
     path = local_path(url)
     if path is not None:
+        if not create:
+            if not os.path.isfile(path):
+                raise UserError(f"--storage {url}: no such file {path}; `tuner studies` lists the studies")
+            if not url.startswith(JOURNAL_PREFIX) and not _has_optuna_schema(path):
+                raise UserError(f"--storage {url}: {path} is not an Optuna study database; nothing was changed")
         parent = os.path.dirname(path)
         try:
             if parent:
@@ -52,9 +90,7 @@ def open_storage(url: str, heartbeat: bool = False) -> optuna.storages.BaseStora
     if not scheme.startswith(("postgresql", "mysql")):
         raise UserError(f"--storage {url}: unknown kind; use sqlite:///FILE.db, {JOURNAL_PREFIX}FILE.log or postgresql+psycopg://user:pw@host:5432/db")
     # Heartbeats always on for database servers: a dead worker's trial is failed after the grace
-    # period and retried once (tuner.cluster.heartbeat_options; TUNER_HEARTBEAT_INTERVAL/TUNER_GRACE_PERIOD).
-    from .cluster import heartbeat_options
-
+    # period and retried once (TUNER_HEARTBEAT_INTERVAL/TUNER_GRACE_PERIOD).
     kwargs = heartbeat_options()
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, **kwargs)
@@ -64,6 +100,38 @@ def open_storage(url: str, heartbeat: bool = False) -> optuna.storages.BaseStora
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"--storage: cannot reach the database at {_server_hint(url)} ({first}); "
                         "check that the server runs, the host and port, the user, password and database name") from None
+
+
+def open_for_reading(url: str) -> optuna.storages.BaseStorage:
+    """Open without ever waiting on a process that is tuning: a SQLite file is read with SQLite's plain
+    deferred transactions (in WAL mode readers see the last commit and neither wait for nor block a
+    writer; the tuner's own connections take the write lock up front). Nothing is created."""
+    path = local_path(url)
+    if path is None or url.startswith(JOURNAL_PREFIX):
+        return open_storage(url, create=False)
+    if not os.path.isfile(path):
+        raise UserError(f"--storage {url}: no such file {path}; `tuner studies` lists the studies")
+    if not _has_optuna_schema(path):
+        raise UserError(f"--storage {url}: {path} is not an Optuna study database; nothing was changed")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}}, skip_table_creation=True)
+    except Exception as exc:  # a schema Optuna cannot read
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"--storage {url}: cannot read {path} as an Optuna study database ({first})") from None
+
+
+def load_study(name: str, url: str, reading: bool = False) -> optuna.Study:
+    """An existing study; a missing one is a one-line error and creates nothing."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    path = local_path(url)
+    if path is not None and not os.path.isfile(path):
+        raise UserError(f"no study {name!r}: no such file {path}; `tuner studies` lists the studies")
+    storage = open_for_reading(url) if reading else open_storage(url, create=False)
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        raise UserError(f"no study {name!r} in {url}; `tuner studies` lists the studies") from None
 
 
 def _sqlite_storage(url: str, path: str) -> optuna.storages.RDBStorage:
@@ -99,3 +167,25 @@ def _sqlite_storage(url: str, path: str) -> optuna.storages.RDBStorage:
 def local_storage_urls() -> list[str]:
     """The default storages of this directory: one SQLite file per study under studies/."""
     return [f"sqlite:///{p}" for p in sorted(glob.glob(os.path.join(STUDIES_DIR, "*.db")))]
+
+
+def migrate(src: str, dst: str, study: str | None = None) -> list[tuple[str, int]]:
+    """Copy one study (or every study) from src to dst with trials, attrs and constraints."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    src_storage, dst_storage = open_storage(src, create=False), open_storage(dst)
+    names = [s.study_name for s in optuna.get_all_study_summaries(src_storage, include_best_trial=False)]
+    if study is not None:
+        if study not in names:
+            raise UserError(f"no study {study!r} in {src}" + (f" (it has: {', '.join(names)})" if names else ""))
+        names = [study]
+    if not names:
+        raise UserError(f"no studies in {src}")
+    existing = {s.study_name for s in optuna.get_all_study_summaries(dst_storage, include_best_trial=False)}
+    clash = [n for n in names if n in existing]
+    if clash:
+        raise UserError(f"study {clash[0]!r} already exists in {dst}; nothing copied (delete it there or migrate another)")
+    out = []
+    for n in names:
+        optuna.copy_study(from_study_name=n, from_storage=src_storage, to_storage=dst_storage, to_study_name=n)
+        out.append((n, len(optuna.load_study(study_name=n, storage=dst_storage).trials)))
+    return out

@@ -1,0 +1,1 @@
+"""Backends: the seam (base.py) and one package per inference compiler."""

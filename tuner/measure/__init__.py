@@ -1,0 +1,1 @@
+"""Measurements: accuracy metrics, requirements, the latency protocol."""

@@ -1,4 +1,4 @@
-"""Accuracy metrics between candidate and reference outputs, and accuracy requirements.
+"""Accuracy metrics between candidate and reference outputs (Polygraphy-style named comparisons).
 
 Every metric is an error: 0 is identical, larger is worse. Metrics are computed per output over all
 validation batches; the aggregate of a metric is its worst output.
@@ -6,7 +6,6 @@ validation batches; the aggregate of a metric is its worst output.
 from __future__ import annotations
 
 import importlib
-import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -118,64 +117,3 @@ def load_user_metric(spec: str) -> Callable:
     if not callable(func):
         raise UserError(f"metric {spec!r} is not a function")
     return func
-
-
-_REQ = re.compile(r"^\s*([A-Za-z_][\w.]*(?::[A-Za-z_]\w*)?)\s*<=\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
-
-
-@dataclass(frozen=True)
-class Bound:
-    metric: str  # a built-in name or module:function
-    limit: float
-
-    def __str__(self) -> str:
-        return f"{self.metric}<={self.limit:g}"
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """All bounds must hold. The first bound's metric is the study's error objective."""
-
-    bounds: tuple[Bound, ...]
-
-    @classmethod
-    def parse(cls, text: str | list[str] | None) -> "Requirement":
-        parts: list[str] = []
-        for t in [text] if isinstance(text, str) else (text or []):
-            parts += [p for p in re.split(r"[,;]|\band\b", t) if p.strip()]
-        bounds = []
-        for part in parts:
-            m = _REQ.match(part)
-            if not m:
-                raise UserError(
-                    f"requirement {part.strip()!r} does not parse; write METRIC<=LIMIT, e.g. cos<=0.005 "
-                    f"(metrics: {', '.join(BUILTIN_METRICS)} or module:function)"
-                )
-            metric = m.group(1)
-            if ":" not in metric and metric not in BUILTIN_METRICS:
-                raise UserError(f"requirement {part.strip()!r}: unknown metric {metric!r}; known: {', '.join(BUILTIN_METRICS)}")
-            if ":" in metric:
-                load_user_metric(metric)
-            bounds.append(Bound(metric, float(m.group(2))))
-        return cls(tuple(bounds))
-
-    def __str__(self) -> str:
-        return ",".join(str(b) for b in self.bounds)
-
-    @property
-    def primary_metric(self) -> str:
-        return self.bounds[0].metric if self.bounds else "cos"
-
-    def user_metrics(self) -> list[str]:
-        return [b.metric for b in self.bounds if ":" in b.metric]
-
-    def violations(self, metrics: dict[str, float]) -> dict[str, float]:
-        """Per bound, value - limit (feasible when every value <= 0), the Optuna constraint convention."""
-        out = {}
-        for b in self.bounds:
-            v = metrics.get(b.metric, float("inf"))
-            out[str(b)] = float(v - b.limit) if np.isfinite(v) else 1e30
-        return out
-
-    def holds(self, metrics: dict[str, float]) -> bool:
-        return all(v <= 0 for v in self.violations(metrics).values())

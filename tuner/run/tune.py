@@ -9,12 +9,18 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import TrialState
 
-from .errors import UserError
-from .progress import TrialProgress
-from .select import select_winner
-from .storage import local_path
-from .study import StudyContext, TuneOptions, best_feasible, enqueue_initial, latency_of, open_study
-from .cluster import store_run_settings
+from ..errors import UserError
+from ..isolate import TrialFailure
+from ..progress import TrialProgress
+from ..record import BASELINE, FAIL_REASON, RETRY_OF
+from ..search.enqueue import enqueue_initial
+from ..search.study import StudyContext
+from ..search.trials import best_feasible, latency_of
+from ..storage import local_path
+from ..winner import select_winner
+from .claims import store_run_settings
+from .options import TuneOptions
+from .prepare import open_study
 from .workers import Budget, StopAfterNoImprovement, run_parallel, trial_loop
 
 
@@ -50,11 +56,11 @@ def recover_stale_trials(study: optuna.Study) -> list[int]:
     stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     for t in stale:
         # the reason first: a finished trial's attrs cannot change
-        study._storage.set_trial_user_attr(t._trial_id, "fail_reason", "the tuning process died during this trial")
+        study._storage.set_trial_user_attr(t._trial_id, FAIL_REASON, "the tuning process died during this trial")
         study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-        if "retry_of" not in t.user_attrs:
-            study.enqueue_trial(t.params, user_attrs={"retry_of": t.number} | (
-                {"baseline": True} if t.user_attrs.get("baseline") else {}))
+        if RETRY_OF not in t.user_attrs:
+            study.enqueue_trial(t.params, user_attrs={RETRY_OF: t.number} | (
+                {BASELINE: True} if t.user_attrs.get(BASELINE) else {}))
     return [t.number for t in stale]
 
 
@@ -87,7 +93,13 @@ def tune(opts: TuneOptions) -> TuneResult:
             recover_stale_trials(ctx.study)
         enqueue_initial(ctx, opts.enqueue)
         ran = run_trials(ctx, opts)
-    winner = select_winner(ctx.study, ctx.problem, opts.top_k) if opts.select else ctx.study.user_attrs.get("winner")
+    winner = ctx.study.user_attrs.get("winner")
+    if opts.select:
+        try:
+            winner = select_winner(ctx.study, ctx.problem, opts.top_k)
+        except TrialFailure as exc:  # the trials are safe in the study; selection can be run again
+            raise UserError(f"selecting the winner failed ({exc}); the study's trials are kept: "
+                            f"run `tuner select --study {opts.study}` again") from None
     return TuneResult(ctx.study, winner, ran)
 
 

@@ -1,12 +1,12 @@
-"""Confirm the winner: rebuild the top feasible candidates and the baseline, check their accuracy
-again, time them interleaved (A B C A B C ...) in one process so their ratios compare, and store
-the fastest confirmed one in the study. Export writes it out."""
+"""The winner: rebuild the top feasible candidates and the baseline, check their accuracy again, time
+them side by side (A B C A B C ..., in blocks) in one process so their ratios compare, and store the
+fastest confirmed one in the study. Export rebuilds it and writes it out. Both build through the
+isolated evaluator."""
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import tempfile
 import time
 
 import optuna
@@ -14,11 +14,11 @@ from optuna.trial import TrialState
 
 from . import __version__
 from .errors import UserError
-from .backends.onnxruntime import adapt_feed
-from .evaluate import Problem, build_candidate, check_accuracy
-from .lock import default_lock_path, device_lock
+from .evaluate import Evaluator
 from .measure.latency import summarize
-from .study import baseline_trial, closest_candidate, is_feasible, latency_of
+from .problem import Problem
+from .record import BUILD_KEY, CONFIG
+from .search.trials import baseline_trial, closest_candidate, is_feasible, latency_of
 
 WINNER_ATTR = "winner"
 BEST_EFFORT_ATTR = "best_effort"
@@ -39,30 +39,10 @@ def top_candidates(study: optuna.Study, k: int) -> list:
     return out
 
 
-def time_interleaved(sessions: list, feed: dict, rounds: int = 30, per_round: int = 3, warmup: int = 3,
-                     max_seconds: float = 60.0) -> list[list[float]]:
-    """Samples (ms) per session, taken round-robin so drift on a shared machine hits all alike.
-    Build the sessions with interleaved=True (see make_session), or idle ones slow the timed one."""
-    feeds = [adapt_feed(s, feed) for s in sessions]
-    for s, f in zip(sessions, feeds):
-        for _ in range(warmup):
-            s.run(None, f)
-    samples: list[list[float]] = [[] for _ in sessions]
-    start = time.perf_counter()
-    for r in range(rounds):
-        for i, s in enumerate(sessions):
-            s.run(None, feeds[i])  # untimed: refills the caches the previous engine evicted
-            for _ in range(per_round):
-                t0 = time.perf_counter()
-                s.run(None, feeds[i])
-                samples[i].append((time.perf_counter() - t0) * 1e3)
-        if r >= 2 and time.perf_counter() - start > max_seconds:
-            break
-    return samples
-
-
-def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds: int = 30) -> dict | None:
-    """Store and return the confirmed winner; with nothing feasible, store the closest candidate instead."""
+def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds: int = 30,
+                  timeout_s: float = 1800.0) -> dict | None:
+    """Store and return the confirmed winner; with nothing feasible, store the closest candidate instead.
+    Raises TrialFailure when the side-by-side job itself dies (nothing is stored then)."""
     cands = top_candidates(study, top_k)
     base = baseline_trial(study)
     if not cands:
@@ -76,19 +56,13 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
     if base is not None and is_feasible(base) and base not in cands:
         cands.append(base)
     entries = cands + ([base] if base is not None and base not in cands else [])
-    with tempfile.TemporaryDirectory(prefix="tuner-select-") as tmp:
-        built = []
-        for t in entries:
-            cand = build_candidate(problem, t.user_attrs["config"], os.path.join(tmp, f"trial-{t.number}"),
-                                   interleaved=True)
-            metrics, _ = check_accuracy(problem, cand.session)
-            built.append((t, cand, metrics))
-        with device_lock(default_lock_path("cpu")):
-            samples = time_interleaved([c.session for _, c, _ in built], problem.batches[0], rounds=rounds)
-    stats = {t.number: summarize(s, converged=True).to_dict() for (t, _, _), s in zip(built, samples)}
-    base_ms = stats[base.number]["median_ms"] if base is not None else None
-    confirmed = [(t, m) for t, _, m in built if t in cands and problem.requirement.holds(m)]
-    rejected = [t.number for t, _, m in built if t in cands and not problem.requirement.holds(m)]
+    with Evaluator(problem.spec, timeout_s) as evaluator:
+        results = evaluator.confirm([t.user_attrs[CONFIG] for t in entries], rounds=rounds)
+    built = [(t, r) for t, r in zip(entries, results) if "error" not in r]
+    stats = {t.number: summarize(r["samples"], converged=True).to_dict() for t, r in built}
+    base_ms = stats[base.number]["median_ms"] if base is not None and base.number in stats else None
+    confirmed = [(t, r["metrics"]) for t, r in built if t in cands and r["feasible"]]
+    rejected = [t.number for t, r in zip(entries, results) if t in cands and not r.get("feasible")]
     if not confirmed:
         study.set_user_attr(WINNER_ATTR, None)
         study.set_user_attr(BEST_EFFORT_ATTR, _summary(cands[0]) | {"note": "failed the accuracy re-check"})
@@ -99,7 +73,7 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
         "confirmed_latency": s,
         "confirmed_metrics": metrics,
         "baseline_trial": base.number if base is not None else None,
-        "baseline_latency": stats[base.number] if base is not None else None,
+        "baseline_latency": stats.get(base.number) if base is not None else None,
         "speedup": base_ms / s["median_ms"] if base_ms else None,
         "requirement": str(problem.requirement),
         "compared": {str(n): v["median_ms"] for n, v in stats.items()},
@@ -111,12 +85,13 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
 
 
 def _summary(t) -> dict:
-    return {"trial": t.number, "config": t.user_attrs.get("config"), "build_key": t.user_attrs.get("build_key"),
+    return {"trial": t.number, "config": t.user_attrs.get(CONFIG), "build_key": t.user_attrs.get(BUILD_KEY),
             "latency": t.user_attrs.get("latency"), "metrics": t.user_attrs.get("metrics"),
             "violations": t.user_attrs.get("violations"), "feasible": is_feasible(t)}
 
 
-def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effort: bool = False) -> dict:
+def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effort: bool = False,
+                  timeout_s: float = 1800.0) -> dict:
     """Rebuild the winner (or, with best_effort, the closest candidate) into out_dir with config.json and report.json."""
     chosen = study.user_attrs.get(WINNER_ATTR)
     kind = "winner"
@@ -130,8 +105,9 @@ def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effo
             raise UserError(f"study {study.study_name!r} has no completed trial to export")
     engine_dir = os.path.join(out_dir, "engine")
     shutil.rmtree(engine_dir, ignore_errors=True)
-    cand = build_candidate(problem, chosen["config"], engine_dir)
-    metrics, per_output = check_accuracy(problem, cand.session)
+    with Evaluator(problem.spec, timeout_s) as evaluator:
+        built = evaluator.export(chosen["config"], engine_dir)
+    metrics, per_output = built["metrics"], built["per_output"]
     stored = chosen.get("confirmed_metrics") or chosen.get("metrics") or {}
     primary = problem.requirement.primary_metric
     report = {
@@ -139,6 +115,8 @@ def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effo
         "study": study.study_name,
         "trial": chosen["trial"],
         "config": chosen["config"],
+        "backend": built["backend"],
+        "engine": os.path.relpath(built["engine"], out_dir),
         "requirement": str(problem.requirement),
         "meets_requirement": problem.requirement.holds(metrics),
         "metrics": metrics,

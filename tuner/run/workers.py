@@ -1,7 +1,7 @@
 """Run a study's trials in this process or in N local worker processes, under one shared budget.
 
 Every worker is a separate process with its own sampler (seed + worker index) on the same storage.
-Builds run in parallel; timing stays exclusive per device through the lock in tuner.lock. The
+Builds run in parallel; timing stays exclusive per device through the lock in tuner.locks. The
 parent hands out trials one at a time from a shared counter, so a budget of N trials runs exactly
 N, and it shows the progress of all workers, which report each finished trial's number.
 """
@@ -17,8 +17,14 @@ from typing import Callable
 
 from optuna.trial import TrialState
 
-from .isolate import TrialFailure
-from .study import Objective, StudyContext, TuneOptions, attach_study, is_feasible, latency_of
+from ..evaluate import Evaluator
+from ..isolate import TrialFailure
+from ..search.objective import Objective
+from ..search.study import StudyContext
+from ..search.trials import is_feasible, latency_of
+from .claims import TrialClaims
+from .join import join_study
+from .options import TuneOptions, engines_dir
 
 _SPAWN = mp.get_context("spawn")  # never fork a process that may hold ONNX Runtime threads
 
@@ -31,9 +37,13 @@ class Budget:
         self._deadline = None if timeout is None else time.time() + timeout
         self._stop = _SPAWN.Event()
 
+    def stopped(self) -> bool:
+        """A stop was asked or the deadline passed."""
+        return self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline)
+
     def take(self) -> bool:
         """Claim one trial; False once the budget is spent, the deadline passed or a stop was asked."""
-        if self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline):
+        if self.stopped():
             return False
         with self._left.get_lock():
             if self._left.value == 0:
@@ -65,10 +75,9 @@ class StopAfterNoImprovement:
 
 def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: list, claims=None) -> None:
     """One trial per optimize call, each claimed from the budget first (heartbeats need optimize),
-    then from the study-wide budget under a database lock (tuner.cluster.TrialClaims)."""
-    from .cluster import TrialClaims
-
-    objective = Objective(ctx, opts)
+    then from the study-wide budget under a database lock (run.claims.TrialClaims)."""
+    evaluator = Evaluator(ctx.settings["spec"], opts.trial_timeout, opts.protocol)
+    objective = Objective(ctx, evaluator, engines_dir(ctx.study.study_name, ctx.url, opts.engines_dir), opts.keep_engines)
     claims = claims or TrialClaims(ctx, budget)
     exhausted = getattr(ctx.study.sampler, "is_exhausted", None)  # the grid sampler's end
     try:
@@ -82,6 +91,7 @@ def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: 
                 budget.stop()
     finally:
         claims.close()
+        evaluator.close()
 
 
 def _die_with_parent() -> None:
@@ -95,7 +105,7 @@ def _die_with_parent() -> None:
 def _worker_main(url: str, study: str, opts: TuneOptions, index: int, budget: Budget, done: mp.Queue) -> None:
     _die_with_parent()
     try:
-        ctx = attach_study(url, study, worker=index)
+        ctx, _ = join_study(url, study, worker=index)
         trial_loop(ctx, opts, budget, [lambda s, t: done.put(("trial", t.number))])
     except KeyboardInterrupt:
         pass  # the trial it ran is already failed with its reason

@@ -1,4 +1,4 @@
-"""ONNX Runtime CPU backend: session options from a config, engine = model file + options JSON."""
+"""ONNX Runtime session options from a config, sessions, and running them with float32 outputs."""
 from __future__ import annotations
 
 import json
@@ -15,16 +15,18 @@ LEVELS = {
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
 SESSION_KEYS = ("graph_optimization_level", "execution_mode", "intra_op_num_threads", "inter_op_num_threads", "intra_op_spinning")
+DISABLE_PREFIX = "disable_"  # disable_GeluFusion: true turns that graph optimizer off
+SETTINGS_FILE = "session_options.json"
 
 
 def session_settings(config: dict[str, Any]) -> dict[str, Any]:
     s = {k: config[k] for k in SESSION_KEYS if k in config}
-    s["disabled_optimizers"] = sorted(k[len("disable_"):] for k, v in config.items() if k.startswith("disable_") and v)
+    s["disabled_optimizers"] = sorted(k[len(DISABLE_PREFIX):] for k, v in config.items() if k.startswith(DISABLE_PREFIX) and v)
     return s
 
 
-def make_session(model_path: str, settings: dict[str, Any], interleaved: bool = False) -> ort.InferenceSession:
-    """interleaved: the session is timed round-robin with others in one process. Its spinning
+def make_session(model_path: str, settings: dict[str, Any], side_by_side: bool = False) -> ort.InferenceSession:
+    """side_by_side: the session is timed round-robin with others in one process. Its spinning
     threads then stop when a run ends; left spinning, every idle session's threads steal the cores
     from the one being timed (8 MobileNetV3 sessions on 2 cores: 3.5 ms alone, 10-14 ms each)."""
     so = ort.SessionOptions()
@@ -38,15 +40,10 @@ def make_session(model_path: str, settings: dict[str, Any], interleaved: bool = 
         so.inter_op_num_threads = int(settings["inter_op_num_threads"])
     spinning = settings.get("intra_op_spinning", True)
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    if spinning and interleaved:
+    if spinning and side_by_side:
         so.add_session_config_entry("session.force_spinning_stop", "1")
     return ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"],
                                 disabled_optimizers=settings.get("disabled_optimizers") or None)
-
-
-def reference_session(model_path: str) -> ort.InferenceSession:
-    """fp32, every graph optimization off: the reference the candidates are compared to."""
-    return make_session(model_path, {"graph_optimization_level": "disabled"})
 
 
 _ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
@@ -59,21 +56,15 @@ def adapt_feed(session: ort.InferenceSession, batch: dict[str, np.ndarray]) -> d
             for k, v in batch.items()}
 
 
-def run_batches(session: ort.InferenceSession, batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    """Outputs per batch, float outputs as float32 so every engine compares against the same reference."""
+def run_float32(session: ort.InferenceSession, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One run; float16 outputs come back as float32, so every engine compares against the same reference."""
     names = [o.name for o in session.get_outputs()]
-    out = []
-    for b in batches:
-        values = session.run(None, adapt_feed(session, b))
-        out.append({n: v.astype(np.float32) if v.dtype == np.float16 else v for n, v in zip(names, values)})
-    return out
+    values = session.run(None, adapt_feed(session, batch))
+    return {n: v.astype(np.float32) if v.dtype == np.float16 else v for n, v in zip(names, values)}
 
 
-def write_engine(out_dir: str, model_path: str, settings: dict[str, Any]) -> str:
-    with open(os.path.join(out_dir, "session_options.json"), "w") as f:
+def write_settings(out_dir: str, settings: dict[str, Any]) -> str:
+    path = os.path.join(out_dir, SETTINGS_FILE)
+    with open(path, "w") as f:
         json.dump(settings, f, indent=2, sort_keys=True)
-    return out_dir
-
-
-def backend_version() -> str:
-    return f"onnxruntime-{ort.__version__}"
+    return path

@@ -1,4 +1,4 @@
-"""Precision routes realized with ONNX Runtime's own quantization tooling."""
+"""ONNX Runtime's precision routes: ONNX -> ONNX rewrites with its own quantization tooling (int8, int4, fp16)."""
 from __future__ import annotations
 
 import contextlib
@@ -10,9 +10,10 @@ from typing import Any
 
 import onnx
 
-from ..data import Batch
-from ..model import constants_to_initializers, ensure_opset, save_model
+from ...data import Batch
+from ...model import constants_to_initializers, ensure_opset, save_model
 
+ROUTES = ("fp32", "int8-dynamic", "int8-static", "int4-weight", "fp16")
 QUANTIZING_ROUTES = ("int8-dynamic", "int8-static", "int4-weight")
 # A route option that a (smaller) space file leaves out takes ONNX Runtime's own default.
 ROUTE_DEFAULTS = {
@@ -113,4 +114,4 @@ def _apply(model, config, workdir, calib, cache_dir, calib_key) -> str:
                                      op_block_list=FP16_BLOCK_LISTS[config["fp16_block_list"]] or None)
         save_model(m, out)
         return out
-    raise ValueError(f"unknown precision route {route!r}")
+    raise ValueError(f"unknown precision route {route!r}; onnxruntime realises {', '.join(ROUTES)}")

@@ -6,8 +6,10 @@ import os
 import optuna
 from optuna.trial import TrialState
 
-from .storage import local_path
-from .study import SETTINGS_ATTR, baseline_trial, best_feasible, is_feasible, latency_of
+from ..machine import machine_id
+from ..search.settings import SETTINGS_ATTR
+from ..search.trials import baseline_trial, best_feasible, is_feasible, latency_of
+from ..storage import local_path
 
 
 def _dir_bytes(path: str) -> int:
@@ -61,8 +63,6 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
 
 def machine_lines(trials) -> list[str]:
     """Trials per machine (fingerprint id), with each machine's baseline: speedups compare within one."""
-    from .cluster import machine_id
-
     rows: dict[str, dict] = {}
     for t in trials:
         fp = t.user_attrs.get("machine")

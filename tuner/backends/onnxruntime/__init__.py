@@ -1,0 +1,106 @@
+"""The ONNX Runtime CPU backend: precision routes as ONNX rewrites, session options as build settings,
+engine = the rewritten model file + session_options.json."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import platform
+import shutil
+from typing import Any, Callable
+
+import onnxruntime as ort
+
+from ...model import ModelFile
+from ..base import Batch, BuildContext, Outputs
+from .profile import node_time_shares
+from .quantize import QUANTIZING_ROUTES, ROUTE_DEFAULTS, ROUTES, apply_precision
+from .session import (DISABLE_PREFIX, SESSION_KEYS, SETTINGS_FILE, adapt_feed, make_session, run_float32, session_settings,
+                      write_settings)
+
+
+class OrtEngine:
+    """An InferenceSession over the engine's model file, with the session options it was built with."""
+
+    def __init__(self, session: ort.InferenceSession, model_path: str, settings: dict[str, Any]):
+        self.session, self.model_path, self.settings = session, model_path, settings
+
+    def run(self, batch: Batch) -> Outputs:
+        return run_float32(self.session, batch)
+
+    def timed_call(self, batch: Batch) -> Callable[[], None]:
+        session, feed = self.session, adapt_feed(self.session, batch)
+        return lambda: session.run(None, feed)
+
+    def save(self, out_dir: str) -> str:
+        os.makedirs(out_dir, exist_ok=True)
+        src_dir = os.path.dirname(os.path.abspath(self.model_path))
+        if os.path.abspath(out_dir) != src_dir:
+            for name in os.listdir(src_dir):  # the model and its external data, if any
+                if name == os.path.basename(self.model_path) or name.startswith(os.path.basename(self.model_path) + "."):
+                    shutil.copy2(os.path.join(src_dir, name), out_dir)
+        write_settings(out_dir, self.settings)
+        return os.path.join(out_dir, os.path.basename(self.model_path))
+
+    def close(self) -> None:
+        self.session = None
+
+
+USAGE = """import json, onnxruntime as ort
+opts = json.load(open("{dir}/session_options.json"))
+so = ort.SessionOptions()
+so.graph_optimization_level = {{"disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}}[opts.get("graph_optimization_level", "all")]
+if opts.get("execution_mode") == "parallel":
+    so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    so.inter_op_num_threads = opts.get("inter_op_num_threads", 0)
+so.intra_op_num_threads = opts.get("intra_op_num_threads", 0)
+so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.get("intra_op_spinning", True) else "0")
+session = ort.InferenceSession("{dir}/model.onnx", so, providers=["CPUExecutionProvider"],
+                               disabled_optimizers=opts.get("disabled_optimizers") or None)
+outputs = session.run(None, inputs)  # inputs: {{input name: numpy array}}"""
+
+
+class OnnxRuntimeBackend:
+    name = "onnxruntime"
+    device = "cpu"
+    routes = ROUTES
+    quantizing_routes = QUANTIZING_ROUTES
+
+    def versions(self) -> dict[str, str]:
+        return {"onnxruntime": ort.__version__}
+
+    def device_info(self) -> dict:
+        return {"device": "cpu", "machine": platform.machine(), "providers": ort.get_available_providers()}
+
+    def knows(self, parameter: str) -> bool:
+        return (parameter == "precision" or parameter in SESSION_KEYS or parameter in ROUTE_DEFAULTS
+                or parameter.startswith(DISABLE_PREFIX))
+
+    def build(self, model: ModelFile, config: dict, ctx: BuildContext) -> OrtEngine:
+        route = config.get("precision", "fp32")
+        ctx.on_phase("calibration" if route == "int8-static" else f"build ({route})")
+        model_path = apply_precision(model.proto, config, ctx.workdir, ctx.calib, ctx.cache_dir, ctx.calib_key)
+        settings = session_settings(config)
+        ctx.on_phase("session creation")
+        session = make_session(model_path, settings, ctx.side_by_side)
+        write_settings(ctx.workdir, settings)
+        src = os.path.join(ctx.workdir, "input.onnx")  # the quantizers' input copy
+        if os.path.exists(src):
+            os.remove(src)
+        return OrtEngine(session, model_path, settings)
+
+    def load(self, engine_dir: str) -> OrtEngine:
+        models = sorted(glob.glob(os.path.join(engine_dir, "*.onnx")))
+        if len(models) != 1 or not os.path.isfile(os.path.join(engine_dir, SETTINGS_FILE)):
+            raise ValueError(f"{engine_dir}: not an onnxruntime engine (one .onnx file and {SETTINGS_FILE} expected)")
+        with open(os.path.join(engine_dir, SETTINGS_FILE)) as f:
+            settings = json.load(f)
+        return OrtEngine(make_session(models[0], settings), models[0], settings)
+
+    def usage(self, engine_dir: str) -> str:
+        return USAGE.format(dir=engine_dir)
+
+    def node_times(self, model: ModelFile, batches: list[Batch], workdir: str) -> dict[str, float]:
+        return node_time_shares(model.path, batches, workdir)

@@ -1,0 +1,208 @@
+"""What each `tuner` command does and prints (the parser is in cli.py)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+from .demo import write_demo_model
+from .errors import UserError
+from .evaluate import Evaluator
+from .isolate import TrialFailure
+from .measure.latency import LatencyProtocol
+from .model import load_model
+from .problem import config_from_sets, load_problem
+from .report.charts import sensitivity_figure
+from .report.html import write_report
+from .report.status import status_lines, studies_rows
+from .report.view import StudyView
+from .run.options import TuneOptions, engines_dir
+from .run.tune import TuneResult, describe_result, tune
+from .run.worker import run_worker, worker_name
+from .api import study_problem
+from .sensitivity import analyze, greedy_float_set, quantizing_override, write_table
+from .space import layer_candidates, load_space, parse_set
+from .storage import default_url, load_study, local_storage_urls, migrate, open_for_reading
+from .winner import export_winner, select_winner
+
+
+def cmd_demo_model(args) -> int:
+    print(write_demo_model(args.out, outliers=args.outliers))
+    return 0
+
+
+def cmd_space(args) -> int:
+    space = load_space(args.space)
+    model = load_model(args.model)
+    nodes = [(n.name, n.op_type) for n in model.graph.node]
+    print(f"space {space.name} ({space.path}), backend {space.backend}")
+    for p in space.params:
+        rng = p.choices if p.choices is not None else f"[{p.low}, {p.high}]"
+        cond = f"  when {p.when}" if p.when else ""
+        print(f"  {p.name:28s} {p.type:11s} {str(rng):40s} default={p.default}{cond}")
+    for o in space.overrides:
+        cands = layer_candidates(o, nodes)
+        print(f"  per-layer {o.name}: {len(cands)} {o.granularity} parameters over {o.op_types}, when {o.when}")
+        for suffix, members in list(cands.items())[: args.limit]:
+            print(f"    {o.name}/{suffix}  ({len(members)} node{'s' if len(members) > 1 else ''})")
+        if len(cands) > args.limit:
+            print(f"    ... {len(cands) - args.limit} more")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    problem = load_problem(args.model, args.space, args.data, args.calib_data, args.shape, args.int_range, args.require)
+    config = config_from_sets(problem, args.set)
+    with Evaluator(problem.spec) as evaluator:
+        try:
+            record = evaluator.measure(config, args.out)
+        except TrialFailure as exc:
+            raise UserError(f"the candidate could not be built or measured: {exc}") from None
+    rec = record.to_dict()
+    with open(os.path.join(args.out, "result.json"), "w") as f:
+        json.dump(rec, f, indent=2, default=str)
+    lat = rec["latency"]
+    print(f"config   {json.dumps({k: v for k, v in config.items() if k != 'keep_float'})}")
+    if config.get("keep_float"):
+        print(f"kept in float: {len(config['keep_float'])} nodes")
+    print(f"latency  median {lat['median_ms']:.3f} ms  p10 {lat['p10_ms']:.3f}  p90 {lat['p90_ms']:.3f}  "
+          f"mean {lat['mean_ms']:.3f}  std {lat['std_ms']:.3f}  n={lat['count']}  "
+          f"95% CI [{lat['ci_low_ms']:.3f}, {lat['ci_high_ms']:.3f}]{'' if lat['converged'] else '  (not converged)'}")
+    print(f"build    {rec['build_s']:.2f} s, engine {rec['engine_bytes'] / 1e6:.2f} MB in {rec['engine_dir']}")
+    print("metrics  " + "  ".join(f"{k}={v:.4g}" for k, v in rec["metrics"].items()))
+    if problem.requirement.bounds:
+        print(f"requirement {problem.requirement}: {'holds' if rec['feasible'] else 'VIOLATED'}")
+    return 0
+
+
+def _tune_options(args) -> TuneOptions:
+    return TuneOptions(
+        study=args.study, model=args.model, storage=args.storage, space=args.space, data=args.data,
+        calib_data=args.calib_data, shapes=args.shape, int_ranges=args.int_range, require=args.require,
+        objectives=args.objectives, sampler=args.sampler, seed=args.seed, n_trials=args.n_trials, max_trials=args.max_trials,
+        timeout=args.timeout, enqueue=args.enqueue or [], force=args.force, trial_timeout=args.trial_timeout, jobs=args.jobs,
+        stop_after_no_improvement=args.stop_after_no_improvement, top_k=args.top_k, select=not args.no_select,
+        quiet=args.quiet, keep_engines=args.keep_engines, engines_dir=args.engines_dir,
+        protocol=LatencyProtocol(max_seconds=args.max_timing_s) if args.max_timing_s else None)
+
+
+def cmd_tune(args) -> int:
+    result = tune(_tune_options(args))
+    print(f"study {args.study}: {result.trials_run} trials run, {len(result.study.trials)} in the study")
+    for line in describe_result(result):
+        print(line)
+    return 0
+
+
+def cmd_select(args) -> int:
+    study = load_study(args.study, args.storage or default_url(args.study))
+    try:
+        winner = select_winner(study, study_problem(study), args.top_k)
+    except TrialFailure as exc:
+        raise UserError(f"selecting the winner failed: {exc}") from None
+    for line in describe_result(TuneResult(study, winner, 0)):
+        print(line)
+    return 0
+
+
+def cmd_export(args) -> int:
+    study = load_study(args.study, args.storage or default_url(args.study))
+    try:
+        rep = export_winner(study, study_problem(study), args.out, args.best_effort)
+    except TrialFailure as exc:
+        raise UserError(f"rebuilding the winner failed: {exc}") from None
+    speed = f", {rep['speedup_vs_baseline']:.2f}x the baseline" if rep.get("speedup_vs_baseline") else ""
+    print(f"{rep['kind']} (trial {rep['trial']}) written to {args.out}: engine/, config.json, report.json{speed}; "
+          f"requirement {rep['requirement'] or 'none'} {'holds' if rep['meets_requirement'] else 'is NOT met'} on the rebuilt engine")
+    if not rep["rebuilt_matches_stored"]:
+        print("warning: the rebuilt engine's error differs from the stored one by more than 5%", file=sys.stderr)
+    return 0
+
+
+def cmd_status(args) -> int:
+    url = args.storage or default_url(args.study)
+    study = load_study(args.study, url, reading=True)
+    for line in status_lines(study, url, engines_dir(args.study, url)):
+        print(line)
+    return 0
+
+
+def cmd_studies(args) -> int:
+    urls = [args.storage] if args.storage else local_storage_urls()
+    rows = [r for url in urls for r in studies_rows(url, open_for_reading(url))]
+    print("\n".join(rows) if rows else "no studies" + ("" if args.storage else " under studies/ (give --storage URL for others)"))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    os.makedirs(args.dir, exist_ok=True)
+    model = write_demo_model(os.path.join(args.dir, "demo.onnx"), outliers=2)
+    print(f"demo model (4 blocks, 2 with planted outlier features): {model}")
+    storage = f"sqlite:///{os.path.join(args.dir, 'demo.db')}"
+    opts = TuneOptions(study="demo", model=model, storage=storage, shapes=["x=8x64x256"], require="cos<=0.005",
+                       n_trials=args.n_trials, seed=0, quiet=args.quiet, protocol=LatencyProtocol(max_seconds=3),
+                       force=True)
+    result = tune(opts)
+    for line in describe_result(result):
+        print(line)
+    out = os.path.join(args.dir, "winner")
+    rep = export_winner(result.study, study_problem(result.study), out, best_effort=result.winner is None)
+    print(f"exported the {rep['kind']} to {out}/ (engine/, config.json, report.json)")
+    page = write_report(result.study, os.path.join(args.dir, "report.html"), storage)
+    print(f"report: {page}  (Pareto front, history, importances, per-layer map)")
+    print(f"study: {storage}  (tuner status --study demo --storage {storage})")
+    return 0
+
+
+def cmd_sensitivity(args) -> int:
+    problem = load_problem(args.model, args.space, args.data, args.calib_data, args.shape, args.int_range, args.require)
+    override = quantizing_override(problem, args.route)
+    if args.groups:
+        override = dataclasses.replace(override, granularity="group", group_pattern=args.groups)
+    route = {"precision": args.route} | parse_set(args.set, problem.space)
+    progress = (lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True)) if sys.stderr.isatty() else (lambda m: None)
+    evaluator = Evaluator(problem.spec, persistent=True)
+    table = analyze(problem, route, override, evaluator, progress)
+    print(f"\rsensitivity of {args.route} ({table['metric']}), {len(table['entries'])} candidates, "
+          f"everything quantized: {table['error_all_quantized']:.4g}{' (cached)' if table['cached'] else ''}")
+    print(f"{'rank':>4s}  {'candidate':40s} {'only it quantized':>17s} {'all but it':>11s} {'fp32 share':>10s} {'gain ms':>8s}")
+    for i, e in enumerate(table["entries"][: args.limit], 1):
+        print(f"{i:4d}  {e['name'][:40]:40s} {e['error_only']:17.4g} {e['error_all_but']:11.4g} "
+              f"{100 * e['latency_share']:9.1f}% {e['gain_ms']:8.2f}")
+    if args.greedy:
+        kept, builds = greedy_float_set(problem, route, table, evaluator, progress)
+        print("\rgreedy float set: " + (f"{kept} ({builds} builds)" if kept is not None else
+                                        f"none: the requirement fails even with every candidate in float ({builds} builds)"))
+    prefix = args.out or f"sensitivity-{os.path.splitext(os.path.basename(args.model))[0]}"
+    evaluator.close()
+    paths = write_table(table, prefix)
+    if args.html:
+        paths.append(f"{prefix}.html")
+        sensitivity_figure(table).write_html(paths[-1], include_plotlyjs=True)
+    print("written: " + ", ".join(paths))
+    return 0
+
+
+def cmd_worker(args) -> int:
+    rep = run_worker(args.storage, args.study, args.n_trials, args.timeout, args.model, args.data, args.space,
+                     args.calib_data, args.allow_other_machine, args.trial_timeout,
+                     LatencyProtocol(max_seconds=args.max_timing_s) if args.max_timing_s else None, args.quiet)
+    budget = f" of the study's budget {rep['max_trials']}" if rep["max_trials"] else ""
+    print(f"worker {worker_name()} (machine {rep['machine']}{', not the study machine' if rep['other_machine'] else ''}): "
+          f"{rep['ran']} trials run; study: {rep['finished']} finished{budget}, {rep['running']} running")
+    return 0
+
+
+def cmd_migrate(args) -> int:
+    for name, n in migrate(args.from_url, args.to_url, args.study):
+        print(f"copied study {name}: {n} trials, with their attrs and constraints, to {args.to_url}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    url = args.storage or default_url(args.study)
+    view = StudyView.of(load_study(args.study, url, reading=True))
+    write_report(view, args.out, url)
+    print(f"report of study {args.study} ({len(view.trials)} trials, {len(view.feasible)} feasible) written to {args.out}")
+    return 0

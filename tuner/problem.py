@@ -1,0 +1,122 @@
+"""The problem a study tunes: model, validation and calibration data, space, accuracy requirement.
+
+Loading validates every user input before anything is written (bad files, shapes, space fields,
+requirements and backends get one line each). Nothing here builds or times an engine.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import data as data_mod
+from .backends.base import available_backends, get_backend, known_backends
+from .errors import UserError
+from .measure.requirement import Requirement
+from .model import ModelFile, input_specs, load_model, model_hash, parse_shape_profile, resolve_shapes
+from .space import Space, defaults_chooser, load_space, normalize, parse_set
+
+
+@dataclass
+class ProblemSpec:
+    """What defines a problem, as given by the user: JSON-able, stored in a study, sent to child processes."""
+
+    model_path: str
+    space_path: str | None = None
+    data: str | None = None
+    calib_data: str | None = None
+    shapes: list[str] | None = None
+    int_ranges: list[str] | None = None
+    require: str | None = None
+    n_batches: int = 4
+    n_calib: int = 4
+
+    def load(self) -> "Problem":
+        return load_problem(**asdict(self))
+
+
+@dataclass
+class Problem:
+    """Everything fixed across trials. `refs` (the reference outputs) are filled in by the evaluator."""
+
+    spec: ProblemSpec
+    model: ModelFile
+    space: Space
+    batches: list
+    calib: list
+    data_hash: str
+    requirement: Requirement
+    shapes: dict[str, tuple[int, ...]]
+    notes: list[str] = field(default_factory=list)  # things the user should know, said once
+    refs: list | None = None
+
+    @property
+    def model_path(self) -> str:
+        return self.model.path
+
+    @property
+    def model_hash(self) -> str:
+        return self.model.hash
+
+    @property
+    def graph_nodes(self) -> list[tuple[str, str]]:
+        return self.model.nodes
+
+    @property
+    def calib_key(self) -> str:
+        """Names the cached calibration ranges. The model is part of it: two models fed the same
+        inputs (ResNet-18 and MobileNetV3 at 1x3x224x224) have different tensors to range."""
+        return f"{self.model_hash}-{self.data_hash}"
+
+
+def load_problem(model_path: str, space_path: str | None = None, data: str | None = None, calib_data: str | None = None,
+                 shapes: list[str] | None = None, int_ranges: list[str] | None = None, require: Any = None,
+                 n_batches: int = 4, n_calib: int = 4) -> Problem:
+    spec = ProblemSpec(model_path, space_path, data, calib_data, shapes, int_ranges,
+                       require if isinstance(require, (str, type(None))) else ",".join(require), n_batches, n_calib)
+    requirement = Requirement.parse(require)
+    space = load_space(space_path)
+    notes = check_backends(space)
+    proto = load_model(model_path)
+    specs = input_specs(proto)
+    profile = parse_shape_profile(shapes)
+    if data:
+        batches = data_mod.load_npz_batches(data, specs)
+        concrete = {k: tuple(v.shape) for k, v in batches[0].items()}
+    else:
+        concrete = resolve_shapes(specs, profile)
+        batches = data_mod.synthetic_batches(specs, concrete, n_batches, data_mod.parse_int_ranges(int_ranges))
+    calib = data_mod.load_npz_batches(calib_data, specs) if calib_data else batches[:n_calib]
+    data_hash = data_mod.batches_hash(batches) + data_mod.batches_hash(calib)[:8]
+    return Problem(spec, ModelFile(model_path, proto, model_hash(model_path)), space, batches, calib, data_hash,
+                   requirement, concrete, notes)
+
+
+def check_backends(space: Space) -> list[str]:
+    """The space's backends exist and their libraries import; every parameter is one some backend knows,
+    and every precision route is one some backend realises. Returns notes for the user."""
+    names = space.backends
+    unknown = [n for n in names if n not in known_backends()]
+    if unknown:
+        raise UserError(f"{space.path}: backend {unknown[0]!r} is unknown; known backends: {', '.join(known_backends())}")
+    usable = available_backends(names)
+    if not usable:
+        get_backend(names[0])  # raises the one line that says what to install
+    backends = [get_backend(n) for n in usable]
+    routes = sorted({r for b in backends for r in b.routes})
+    for p in space.params:
+        if p.name == "backend":
+            continue
+        if not any(b.knows(p.name) for b in backends):
+            raise UserError(f"{space.path}: parameters.{p.name}: no backend of this space ({', '.join(usable)}) "
+                            "has such a setting; check the spelling (tuner space MODEL lists a space's parameters)")
+        if p.name == "precision":
+            bad = [c for c in p.choices or [] if c not in routes]
+            if bad:
+                raise UserError(f"{space.path}: parameters.precision: unknown route {bad[0]!r}; "
+                                f"the routes are {', '.join(routes)}")
+    return []
+
+
+def config_from_sets(problem: Problem, sets: list[str] | None) -> dict:
+    """The config of `--set key=value ...`, every other parameter at its default."""
+    return normalize(problem.space, defaults_chooser(parse_set(sets, problem.space)), problem.graph_nodes)

@@ -1,0 +1,69 @@
+"""The one trial record: what measuring a candidate gives, and how it is stored in an Optuna trial's
+user attrs (to_attrs / from_trial). The attribute names are the stored format: studies made by
+earlier versions read back the same way."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+# What a trial records beside its measurement (set by the search and the run code).
+CONFIG = "config"
+BUILD_KEY = "build_key"
+MACHINE = "machine"
+BASELINE = "baseline"  # the backend's defaults: trial 0 (and each other machine's first trial)
+BASELINE_MACHINE = "baseline_machine"
+REUSED_FROM = "reused_from"  # the trial whose measurement of the same build this one copies
+FAIL_REASON = "fail_reason"
+RETRY_OF = "retry_of"
+ENQUEUED = "enqueued"
+WORKER = "worker"
+
+
+@dataclass
+class TrialRecord:
+    """One candidate built and measured."""
+
+    config: dict[str, Any]
+    latency: dict[str, Any]  # LatencyStats.to_dict(): median_ms, p10_ms, p90_ms, ci_low_ms, ...
+    metrics: dict[str, float]  # every error metric, aggregate = worst output
+    per_output: dict[str, dict[str, float]]
+    violations: dict[str, float]  # per requirement bound: value - limit (feasible when all <= 0)
+    feasible: bool
+    build_s: float
+    engine_bytes: int
+    backend: str  # e.g. onnxruntime-1.32.0
+    engine_dir: str | None = None  # where the engine was kept (--keep-engines), else None
+    timing_window: list[float] | None = None  # wall clock [start, end] of the timing; none when copied
+
+    @property
+    def median_ms(self) -> float:
+        return float(self.latency["median_ms"])
+
+    def to_attrs(self) -> dict[str, Any]:
+        """The user attrs of the trial (config excepted: the objective stores it before building)."""
+        return {k: v for k, v in asdict(self).items() if k != CONFIG and v is not None}
+
+    def copied(self) -> "TrialRecord":
+        """The record of another trial with the same build: its measurement, not its timing window."""
+        return replace(self, engine_dir=None, timing_window=None)
+
+    @classmethod
+    def from_trial(cls, trial) -> "TrialRecord | None":
+        """The record stored in a trial (a FrozenTrial), or None for a trial that measured nothing."""
+        attrs = trial.user_attrs
+        if "latency" not in attrs or "metrics" not in attrs:
+            return None
+        names = {f.name for f in fields(cls)}
+        known = {k: attrs[k] for k in names if k in attrs}
+        known.setdefault("config", {})
+        for k, default in (("per_output", {}), ("violations", {}), ("feasible", False), ("build_s", 0.0),
+                           ("engine_bytes", 0), ("backend", "")):
+            known.setdefault(k, default)
+        return cls(**known)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrialRecord":
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

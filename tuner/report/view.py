@@ -1,0 +1,250 @@
+"""What a report shows, computed apart from the drawing: one snapshot of a study, its Pareto front,
+importances, per-layer override rates and the summary rows. Reads a study without writing to it."""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from ..measure.requirement import Requirement
+from ..search.settings import SETTINGS_ATTR
+from ..search.trials import is_feasible, latency_of
+
+LAYER_PREFIX_SEP = "/"
+
+
+NEAR_FRONT_RANKS = 2  # the layer map looks at the first two non-dominated layers of the feasible trials
+
+
+@dataclass
+class StudyView:
+    """One consistent snapshot of a study: the trials as they were when it was taken."""
+
+    study: optuna.Study
+    trials: list[FrozenTrial]
+    settings: dict
+    bounds: list[tuple[str, float]]  # (metric, limit) of the requirement, primary first
+    user_attrs: dict  # the study's, read with the trials
+
+    @classmethod
+    def of(cls, study: "optuna.Study | StudyView") -> "StudyView":
+        if isinstance(study, StudyView):
+            return study
+        attrs = study.user_attrs
+        settings = attrs.get(SETTINGS_ATTR) or {}
+        return cls(study, study.get_trials(deepcopy=False), settings, parse_bounds(settings.get("require")), attrs)
+
+    @property
+    def name(self) -> str:
+        return self.study.study_name
+
+    @property
+    def primary_metric(self) -> str:
+        return self.bounds[0][0] if self.bounds else "cos"
+
+    @property
+    def requirement(self) -> str:
+        return ",".join(f"{m}<={v:g}" for m, v in self.bounds)
+
+    @property
+    def complete(self) -> list[FrozenTrial]:
+        return [t for t in self.trials if t.state == TrialState.COMPLETE and t.values]
+
+    @property
+    def feasible(self) -> list[FrozenTrial]:
+        return [t for t in self.complete if is_feasible(t)]
+
+    def error(self, t: FrozenTrial) -> float:
+        metrics = t.user_attrs.get("metrics") or {}
+        if self.primary_metric in metrics:
+            return float(metrics[self.primary_metric])
+        return float(t.values[1]) if t.values and len(t.values) > 1 else float("nan")
+
+    def latency(self, t: FrozenTrial) -> float:
+        lat = latency_of(t)
+        return lat if math.isfinite(lat) else float(t.values[0])
+
+    @property
+    def baseline(self) -> FrozenTrial | None:
+        return next((t for t in self.complete if t.user_attrs.get("baseline")), None)
+
+    @property
+    def winner(self) -> dict | None:
+        return self.user_attrs.get("winner")
+
+    def trial(self, number: int) -> FrozenTrial | None:
+        return next((t for t in self.trials if t.number == number), None)
+
+
+def parse_bounds(text: str | None) -> list[tuple[str, float]]:
+    """'cos<=0.005,l1<=0.1' -> [('cos', 0.005), ('l1', 0.1)] (no import of user metrics)."""
+    try:
+        return [(bd.metric, bd.limit) for bd in Requirement.parse(text, load_user_metrics=False).bounds]
+    except Exception:  # noqa: BLE001  a report still shows a study whose stored requirement no longer parses
+        return []
+
+
+def route_of(t: FrozenTrial) -> str:
+    return str((t.user_attrs.get("config") or {}).get("precision", t.params.get("precision", "?")))
+
+
+def _is_layer_param(name: str) -> bool:
+    return LAYER_PREFIX_SEP in name
+
+
+def _main_params(t: FrozenTrial) -> dict:
+    config = t.user_attrs.get("config") or dict(t.params)
+    return {k: v for k, v in config.items() if not isinstance(v, list) and not _is_layer_param(k)}
+
+
+def _kept_in_float(t: FrozenTrial) -> int:
+    config = t.user_attrs.get("config") or {}
+    return sum(len(v) for v in config.values() if isinstance(v, list))
+
+
+def pareto_front(points: list[tuple[float, float, FrozenTrial]]) -> list[FrozenTrial]:
+    """The non-dominated trials of (latency, error, trial) points, by latency."""
+    front = []
+    for a in points:
+        dominated = any(b[0] <= a[0] and b[1] <= a[1] and (b[0] < a[0] or b[1] < a[1]) for b in points)
+        if not dominated:
+            front.append(a)
+    return [p[2] for p in sorted(front, key=lambda p: (p[0], p[1], p[2].number))]
+
+
+def pareto_ranks(points: list[tuple[float, float, FrozenTrial]], ranks: int) -> list[list[FrozenTrial]]:
+    """The first `ranks` non-dominated layers (rank 1 = the front, rank 2 = the front without it, ...)."""
+    left, out = list(points), []
+    for _ in range(ranks):
+        if not left:
+            break
+        layer = pareto_front(left)
+        out.append(layer)
+        ids = {t.number for t in layer}
+        left = [p for p in left if p[2].number not in ids]
+    return out
+
+
+def _elapsed_s(view: StudyView, t: FrozenTrial) -> float | None:
+    starts = [x.datetime_start for x in view.trials if x.datetime_start]
+    if not starts or t.datetime_complete is None:
+        return None
+    return (t.datetime_complete - min(starts)).total_seconds()
+
+
+def importance_evaluator():
+    """Optuna's default evaluator (PED-ANOVA in Optuna 5): fANOVA would need scikit-learn."""
+    return optuna.importance.PedAnovaImportanceEvaluator()
+
+
+def importances(study, evaluator=None) -> dict[str, dict[str, float]]:
+    """{'latency': {param: importance}, 'error': {...}} over the completed trials (empty dicts where too few)."""
+    view = StudyView.of(study)
+    evaluator = evaluator or importance_evaluator()
+    out: dict[str, dict[str, float]] = {}
+    done = view.complete
+    for name, target in (("latency", view.latency), ("error", view.error)):
+        names = {p for t in done for p in t.params}
+        if len(done) < 2 or not any(len({repr(t.params.get(p)) for t in done}) > 1 for p in names):
+            out[name] = {}
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                out[name] = optuna.importance.get_param_importances(
+                    view.study, evaluator=evaluator, target=lambda t, f=target: _finite(f(t)))
+            except (ValueError, RuntimeError, ZeroDivisionError):
+                out[name] = {}
+    return out
+
+
+def _finite(v: float, cap: float = 1e30) -> float:
+    return cap if not math.isfinite(v) else min(v, cap)
+
+
+def layer_override_rates(study, ranks: int = NEAR_FRONT_RANKS) -> tuple[list[FrozenTrial], dict[str, float]]:
+    """The feasible trials near the front that use per-layer overrides, and per layer parameter
+    (e.g. 'keep_float/block1/ffn/fc1') the fraction of them that keep that layer in high precision."""
+    view = StudyView.of(study)
+    with_layers = [t for t in view.feasible if any(_is_layer_param(k) for k in t.params)]
+    points = [(view.latency(t), view.error(t), t) for t in with_layers]
+    near = [t for layer in pareto_ranks(points, ranks) for t in layer]
+    if len(near) < 3:  # too few to speak of rates: use every feasible trial with overrides
+        near = with_layers
+    near = sorted(near, key=lambda t: t.number)
+    layers: list[str] = []
+    for t in sorted(view.complete, key=lambda t: t.number):
+        layers += [k for k in t.params if _is_layer_param(k) and k not in layers]
+    rates = {k: sum(bool(t.params.get(k)) for t in near) / len(near) for k in layers} if near else {}
+    return near, rates
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def summary_rows(study) -> list[tuple[str, str]]:
+    """(label, value) rows: settings, trials by state, baseline, winner, speedup, error, tuning time."""
+    view = StudyView.of(study)
+    s, trials, done = view.settings, view.trials, view.complete
+    by_state: dict[str, int] = {}
+    for t in trials:
+        by_state[t.state.name.lower()] = by_state.get(t.state.name.lower(), 0) + 1
+    feasible = view.feasible
+    rows = [("study", view.name),
+            ("model", str(s.get("model_path", "?"))),
+            ("requirement", view.requirement or "none"),
+            ("objectives", str(s.get("objectives", ",".join(d.name.lower() for d in view.study.directions)))),
+            ("sampler", str(s.get("sampler", type(view.study.sampler).__name__))),
+            ("trials by state", ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())) or "none"),
+            ("feasible / infeasible", f"{len(feasible)} / {len(done) - len(feasible)}"
+             + (" - no trial meets the requirement" if done and not feasible else ""))]
+    base = view.baseline
+    if base is not None:
+        rows.append(("baseline", f"trial {base.number}: {view.latency(base):.3f} ms, "
+                                 f"{view.primary_metric} {view.error(base):.3g}, precision {route_of(base)}"))
+    else:
+        rows.append(("baseline", "not measured yet"))
+    winner = view.winner
+    if winner:
+        conf = winner.get("confirmed_latency") or {}
+        metrics = winner.get("confirmed_metrics") or winner.get("metrics") or {}
+        err = metrics.get(view.primary_metric)
+        rows.append(("winner", f"trial {winner['trial']}: {conf.get('median_ms', float('nan')):.3f} ms confirmed "
+                               f"(95% CI {conf.get('ci_low_ms', float('nan')):.3f}-{conf.get('ci_high_ms', float('nan')):.3f}), "
+                               f"precision {(winner.get('config') or {}).get('precision')}"))
+        base_conf = (winner.get("baseline_latency") or {}).get("median_ms")
+        rows.append(("speedup", f"{winner['speedup']:.2f}x the baseline ({base_conf:.3f} ms, timed side by side)"
+                     if winner.get("speedup") and base_conf else "n/a"))
+        rows.append(("winner error", f"{view.primary_metric} {err:.3g}" + (
+            f" (limit {view.bounds[0][1]:g})" if view.bounds else "") if err is not None else "n/a"))
+    else:
+        if "winner" in view.user_attrs:
+            best = view.user_attrs.get("best_effort")
+            rows.append(("winner", "none: no trial meets the requirement" + (
+                f"; closest is trial {best['trial']} (export with --best-effort)" if best else "")))
+        else:
+            rows.append(("winner", "not selected yet (tuner select)"))
+        rows.append(("speedup", "n/a"))
+    if feasible:
+        best = min(feasible, key=view.latency)
+        speed = f", {view.latency(base) / view.latency(best):.2f}x baseline in the search" if base is not None else ""
+        rows.append(("fastest feasible in the search", f"trial {best.number}: {view.latency(best):.3f} ms{speed}, "
+                                                       f"{view.primary_metric} {view.error(best):.3g}"))
+    starts = [t.datetime_start for t in trials if t.datetime_start]
+    ends = [t.datetime_complete for t in trials if t.datetime_complete]
+    if starts and ends:
+        busy = sum((t.datetime_complete - t.datetime_start).total_seconds()
+                   for t in trials if t.datetime_start and t.datetime_complete)
+        rows.append(("total tuning time", f"{_fmt_s((max(ends) - min(starts)).total_seconds())} from the first trial's "
+                                          f"start to the last trial's end ({_fmt_s(busy)} inside trials)"))
+    running = by_state.get("running", 0)
+    if running:
+        rows.append(("note", f"{running} trial(s) running: the study is still being tuned; this report is a snapshot"))
+    return rows

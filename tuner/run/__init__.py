@@ -1,0 +1,1 @@
+"""Running studies: the tune command composes backend, evaluator, study and workers."""

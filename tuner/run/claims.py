@@ -1,0 +1,240 @@
+"""Claims on a shared study: the study-wide trial budget, exact across every worker and host.
+
+Every trial is claimed under a database lock (PostgreSQL advisory lock, MySQL GET_LOCK, a lock file
+next to a SQLite/journal file) held from "count the trials finished or running" through Optuna's own
+`ask` inside `study.optimize` (the objective releases it at its first line). Dead workers: their
+trials go stale under heartbeats and are failed under the same lock, then retried once; a failed and
+retried trial does not count against the budget, its retry does. Calibration ranges of int8-static
+are shared through the study (one user attr per cache key), so hosts do not recalibrate.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import hashlib
+import os
+import socket
+import time
+from dataclasses import asdict
+
+import optuna
+from optuna.trial import TrialState
+
+from .. import cache
+from ..errors import UserError
+from ..machine import machine_id
+from ..measure.latency import LatencyProtocol
+from ..record import BASELINE, BASELINE_MACHINE, MACHINE, RETRY_OF, WORKER
+from ..search.enqueue import baseline_params
+from ..storage import local_path
+
+MAX_TRIALS_ATTR = "max_trials"
+PROTOCOL_ATTR = "protocol"
+CALIB_PREFIX = "calib/"
+POLL_S = 1.0
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# ---------------------------------------------------------------- the claim lock
+
+
+class ClaimLock:
+    """A lock over one study, held across "count + create the trial"; released by the server (or
+    the kernel, for a lock file) when its holder dies."""
+
+    def __init__(self, url: str, study_name: str):
+        self.url, self.study_name = url, study_name
+        self._key = int.from_bytes(hashlib.sha256(f"engine-tuner/{study_name}".encode()).digest()[:8], "big",
+                                   signed=True)
+        self._engine = None
+        self._conn = None
+        self._file = None
+        self.held = False
+        path = local_path(url)
+        self.kind = "file" if path is not None else ("mysql" if url.startswith("mysql") else "postgresql")
+        self._path = f"{path}.{study_name}.claim.lock" if path is not None else None
+
+    def acquire(self) -> None:
+        if self.held:
+            return
+        if self.kind == "file":
+            self._file = open(self._path, "a+")
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX)
+        else:
+            # A connection per claim: the lock dies with it. On PostgreSQL 14+, idle_session_timeout
+            # also frees it when the holder's host vanishes without closing its socket (power loss).
+            conn = self._connection()
+            if self.kind == "postgresql":
+                with contextlib.suppress(Exception):
+                    conn.exec_driver_sql("SET idle_session_timeout = '60s'")
+                    conn.commit()
+                conn.rollback()
+            sql = "SELECT pg_advisory_lock(:k)" if self.kind == "postgresql" else "SELECT GET_LOCK(:k, -1)"
+            conn.execute(_text(sql), {"k": self._key if self.kind == "postgresql" else f"tuner-{self._key}"})
+            conn.commit()  # the session-level lock stays; no transaction is left open
+        self.held = True
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        if self.kind == "file":
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+        else:
+            sql = "SELECT pg_advisory_unlock(:k)" if self.kind == "postgresql" else "SELECT RELEASE_LOCK(:k)"
+            try:
+                self._conn.execute(_text(sql), {"k": self._key if self.kind == "postgresql" else f"tuner-{self._key}"})
+                self._conn.commit()
+            finally:
+                self._conn.close()  # closing would free the lock anyway
+                self._conn = None
+
+    def _connection(self):
+        if self._conn is None:
+            if self._engine is None:
+                from sqlalchemy import create_engine
+                from sqlalchemy.pool import NullPool
+
+                self._engine = create_engine(self.url, poolclass=NullPool)
+            self._conn = self._engine.connect()
+        return self._conn
+
+    def close(self) -> None:
+        self.release()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _text(sql: str):
+    from sqlalchemy import text
+
+    return text(sql)
+
+
+# ---------------------------------------------------------------- counting against the budget
+
+
+def retried_numbers(trials) -> set[int]:
+    """Trials failed because their worker died and queued again (heartbeat retry or local recovery)."""
+    out: set[int] = set()
+    for t in trials:
+        out.update(t.system_attrs.get("retry_history", []))
+        if RETRY_OF in t.user_attrs:
+            out.add(t.user_attrs[RETRY_OF])
+    return out
+
+
+def budget_counts(trials) -> tuple[int, int]:
+    """(finished, running) as the study-wide budget counts them: complete, pruned and failed trials,
+    except failed ones that were retried (their retry counts instead)."""
+    retried = retried_numbers(trials)
+    finished = sum(1 for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+                   or (t.state == TrialState.FAIL and t.number not in retried))
+    running = sum(1 for t in trials if t.state == TrialState.RUNNING)
+    return finished, running
+
+
+class TrialClaims:
+    """Claims each trial of a trial loop: the study-wide budget, this machine's baseline, the shared
+    calibration ranges. Use acquire() before study.optimize(claims.wrap(objective), n_trials=1)."""
+
+    def __init__(self, ctx, budget=None, other_machine: bool = False):
+        self.ctx = ctx
+        self.budget = budget
+        self.other_machine = other_machine
+        self.lock = ClaimLock(ctx.url, ctx.study.study_name)
+        self.mid = machine_id(ctx.settings["machine"])
+
+    def _stopped(self) -> bool:
+        return self.budget is not None and self.budget.stopped()
+
+    def acquire(self) -> bool:
+        """Take the lock for one trial; False (lock released) once the study-wide budget is spent.
+        While the budget is taken by running trials, wait: one of them may die and need its retry."""
+        study = self.ctx.study
+        while True:
+            self.lock.acquire()
+            try:
+                optuna.storages.fail_stale_trials(study)
+                limit = study.user_attrs.get(MAX_TRIALS_ATTR)
+                if limit is None and not self.other_machine:
+                    return True  # no study-wide budget: nothing to count
+                trials = study.get_trials(deepcopy=False)
+                finished, running = budget_counts(trials)
+                if limit is None or finished + running < limit:
+                    if self.other_machine:
+                        self._queue_machine_baseline(trials)
+                    return True
+            except BaseException:
+                self.lock.release()
+                raise
+            self.lock.release()
+            if finished >= limit or self._stopped():
+                return False
+            time.sleep(POLL_S)
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def close(self) -> None:
+        self.lock.close()
+
+    def _queue_machine_baseline(self, trials) -> None:
+        """Queue this machine's baseline when the queue is empty: the claim lock is held through the
+        next ask, which pops the oldest waiting trial, so this worker runs it."""
+        mine = [t for t in trials if t.user_attrs.get(BASELINE) and t.state != TrialState.FAIL
+                and t.user_attrs.get(BASELINE_MACHINE, machine_id(t.user_attrs.get(MACHINE) or {})) == self.mid]
+        if mine or any(t.state == TrialState.WAITING for t in trials):
+            return
+        self.ctx.study.enqueue_trial(baseline_params(self.ctx), user_attrs={BASELINE: True, BASELINE_MACHINE: self.mid})
+
+    def wrap(self, objective):
+        def run(trial: optuna.Trial):
+            trial.set_user_attr(WORKER, worker_name())
+            self.lock.release()  # the trial exists and is RUNNING: the next claim counts it
+            download_calibration(self.ctx.study)
+            try:
+                return objective(trial)
+            finally:
+                upload_calibration(self.ctx.study, self.ctx.problem.calib_key)
+        return run
+
+
+# ---------------------------------------------------------------- shared calibration ranges
+
+
+def download_calibration(study: optuna.Study) -> None:
+    """Write the study's stored calibration ranges into the local cache (int8-static reads them)."""
+    for key, text in study.user_attrs.items():
+        name = key[len(CALIB_PREFIX):]
+        if key.startswith(CALIB_PREFIX) and not os.path.isfile(cache.cache_path(name)):
+            cache.write_text(name, text)
+
+
+def upload_calibration(study: optuna.Study, calib_key: str) -> None:
+    """Store calibration ranges computed here once per cache key, for every other worker."""
+    stored = study.user_attrs
+    for path in glob.glob(cache.cache_path(f"calib-{calib_key}-*.json")):
+        key = CALIB_PREFIX + os.path.basename(path)
+        if key not in stored:
+            with open(path) as f:
+                study.set_user_attr(key, f.read())
+
+
+def store_run_settings(study: optuna.Study, max_trials: int | None, protocol: LatencyProtocol | None) -> None:
+    """What `tune` stores for workers: the study-wide budget and the timing protocol."""
+    if max_trials is not None:
+        if max_trials < 1:
+            raise UserError(f"--max-trials {max_trials}: needs at least 1")
+        study.set_user_attr(MAX_TRIALS_ATTR, max_trials)
+    if protocol is not None or PROTOCOL_ATTR not in study.user_attrs:
+        study.set_user_attr(PROTOCOL_ATTR, asdict(protocol) if protocol else None)
+
+

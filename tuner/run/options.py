@@ -1,0 +1,60 @@
+"""Everything `tuner tune` takes, as one dataclass (the Python API takes the same names)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ..measure.latency import LatencyProtocol
+from ..storage import default_url, local_path
+
+
+@dataclass
+class TuneOptions:
+    """None means "not given": on resume, the stored setting holds."""
+
+    study: str
+    model: str | None = None
+    storage: str | None = None
+    space: str | None = None
+    data: str | None = None
+    calib_data: str | None = None
+    shapes: list[str] | None = None
+    int_ranges: list[str] | None = None
+    require: str | list[str] | None = None
+    objectives: str | None = None
+    sampler: str | None = None
+    seed: int | None = None
+    n_trials: int | None = None
+    max_trials: int | None = None  # study-wide budget over all workers, stored in the study (run.claims)
+    timeout: float | None = None
+    enqueue: list[str] = field(default_factory=list)
+    force: bool = False
+    trial_timeout: float = 600.0
+    jobs: int = 1
+    stop_after_no_improvement: int | None = None
+    top_k: int = 3
+    select: bool = True
+    quiet: bool = False
+    progress: bool = True
+    keep_engines: bool = False
+    engines_dir: str | None = None
+    protocol: LatencyProtocol | None = None
+
+    @property
+    def storage_url(self) -> str:
+        return self.storage or default_url(self.study)
+
+    def given(self) -> dict:
+        """The settings given on this call, by the names search.settings.given_settings takes."""
+        return {"model": self.model, "space": self.space, "data": self.data, "calib_data": self.calib_data,
+                "shapes": self.shapes, "int_ranges": self.int_ranges, "require": self.require,
+                "objectives": self.objectives, "sampler": self.sampler, "seed": self.seed}
+
+
+def engines_dir(study: str, storage_url: str, given: str | None = None) -> str:
+    """Where trial engines are built: --engines-dir, else STUDY-engines next to the study's file."""
+    if given:
+        return given
+    path = local_path(storage_url)
+    base = os.path.dirname(path) if path else "tuner-engines"
+    return os.path.join(base or ".", f"{study}-engines")

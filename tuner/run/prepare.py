@@ -1,0 +1,52 @@
+"""Open the study a `tune` run works on: create it, or resume it with its stored settings (checking
+what the user gave again), load the problem, rank layers for sensitivity-encoded overrides.
+Bad input leaves nothing behind: a database file this call created is removed again."""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import asdict
+
+from ..errors import UserError
+from ..search.settings import check_data, check_inputs, given_settings, merge_settings, new_settings, problem_spec
+from ..search.study import StudyContext, create_or_resume, load_existing, stored_settings
+from ..sensitivity import study_rankings
+from ..storage import local_path, open_storage
+from .join import this_machine
+from .options import TuneOptions
+
+
+def open_study(opts: TuneOptions) -> StudyContext:
+    path = local_path(opts.storage_url)
+    fresh = path is not None and not os.path.exists(path)
+    try:
+        return _open_study(opts)
+    except UserError:
+        if fresh:
+            for leftover in (path, f"{path}-wal", f"{path}-shm"):
+                with contextlib.suppress(OSError):
+                    os.remove(leftover)
+        raise
+
+
+def _open_study(opts: TuneOptions) -> StudyContext:
+    given = given_settings(**opts.given())
+    storage = open_storage(opts.storage_url)
+    study = load_existing(opts.study, storage)
+    stored = stored_settings(study)
+    settings = merge_settings(opts.study, stored, given, opts.force) if stored else new_settings(given)
+    if stored and not opts.force:
+        check_inputs(opts.study, settings)
+    problem = problem_spec(settings).load()  # validates model, data, space and requirement before any write
+    if stored and not opts.force:
+        check_data(opts.study, stored, problem.data_hash)
+    settings["data_hash"] = problem.data_hash
+    settings["spec"] = asdict(problem_spec(settings))
+    settings["encoding"] = {o.name: o.encoding for o in problem.space.overrides}
+    settings["backend"] = ",".join(problem.space.backends)  # part of every build key
+    settings.setdefault("machine", this_machine(problem.space))
+    if settings.get("rankings_for") != [settings.get("space_hash"), problem.data_hash]:  # once per space and data
+        settings["rankings"] = study_rankings(problem, opts.trial_timeout, opts.quiet)
+        settings["rankings_for"] = [settings.get("space_hash"), problem.data_hash]
+    study = create_or_resume(opts.study, storage, study, settings, problem)
+    return StudyContext(study, settings, problem, opts.storage_url)

@@ -1,0 +1,41 @@
+"""`tuner worker`: join an existing study (any host, one database) and run its trials until the
+study-wide budget, or this worker's own, is spent."""
+from __future__ import annotations
+
+import os
+
+from ..errors import UserError
+from ..machine import machine_id
+from ..measure.latency import LatencyProtocol
+from ..progress import TrialProgress
+from .claims import MAX_TRIALS_ATTR, PROTOCOL_ATTR, TrialClaims, budget_counts, worker_name
+from .join import join_study
+from .options import TuneOptions
+from .workers import Budget, trial_loop
+
+
+def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float | None = None,
+               model: str | None = None, data: str | None = None, space: str | None = None,
+               calib_data: str | None = None, allow_other_machine: bool = False, trial_timeout: float = 600.0,
+               protocol: LatencyProtocol | None = None, quiet: bool = True, keep_engines: bool = False,
+               engines_dir: str | None = None) -> dict:
+    """`tuner worker`: run trials of an existing study until its budget (or this worker's) is spent."""
+    if n_trials is not None and n_trials < 1:
+        raise UserError(f"--n-trials {n_trials}: needs at least 1")
+    ctx, other = join_study(url, name, os.getpid(), model, data, space, calib_data, allow_other_machine)
+    if n_trials is None and timeout is None and MAX_TRIALS_ATTR not in ctx.study.user_attrs:
+        raise UserError(f"study {name!r} has no study-wide budget (tuner tune ... --max-trials N); "
+                        "give this worker --n-trials N and/or --timeout T")
+    if protocol is None and ctx.study.user_attrs.get(PROTOCOL_ATTR):
+        protocol = LatencyProtocol(**ctx.study.user_attrs[PROTOCOL_ATTR])
+    opts = TuneOptions(study=name, storage=url, n_trials=n_trials, timeout=timeout, trial_timeout=trial_timeout,
+                       protocol=protocol, quiet=quiet, progress=not quiet, keep_engines=keep_engines,
+                       engines_dir=engines_dir or os.path.join("tuner-engines", f"{name}-{worker_name().replace(':', '-')}"))
+    budget = Budget(n_trials, timeout)
+    with TrialProgress(n_trials, timeout, live=not quiet, quiet=quiet) as progress:
+        trial_loop(ctx, opts, budget, [progress], claims=TrialClaims(ctx, budget, other_machine=other))
+    trials = ctx.study.get_trials(deepcopy=False)
+    finished, running = budget_counts(trials)
+    return {"ran": progress.done, "finished": finished, "running": running,
+            "max_trials": ctx.study.user_attrs.get(MAX_TRIALS_ATTR), "other_machine": other,
+            "machine": machine_id(ctx.settings["machine"])}

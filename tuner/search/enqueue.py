@@ -1,0 +1,56 @@
+"""Configs a study tries first: the baseline (the backend's defaults, trial 0), the greedy float set
+of a sensitivity ranking, and the user's --enqueue configs."""
+from __future__ import annotations
+
+from ..errors import UserError
+from ..record import BASELINE, ENQUEUED
+from ..space import Space, defaults_chooser, parse_set, trial_params
+from .study import StudyContext
+
+BASELINE_ENQUEUED = "baseline_enqueued"
+
+
+def params_for(space: Space, graph_nodes: list, values: dict, grid: bool, rankings: dict | None = None) -> dict:
+    """The Optuna parameters of the config with `values` and every other parameter at its default."""
+    if grid:  # GridSampler needs every grid parameter fixed, active or not
+        return {p.name: values.get(p.name, p.default) for p in space.params}
+    return trial_params(space, defaults_chooser(values), graph_nodes, rankings)
+
+
+def baseline_params(ctx: StudyContext) -> dict:
+    p = ctx.problem
+    return params_for(p.space, p.graph_nodes, {}, ctx.settings["sampler"] == "grid", ctx.settings.get("rankings"))
+
+
+def parse_enqueue(ctx: StudyContext, items: list[str]) -> list[dict]:
+    """The parameters of each --enqueue config, checked before anything is queued."""
+    out = []
+    for item in items:
+        sets = [s for s in item.split(",") if s.strip()]
+        try:
+            values = parse_set(sets, ctx.problem.space)
+        except UserError as exc:
+            raise UserError(str(exc).replace("--set", "--enqueue", 1)) from None
+        out.append(params_for(ctx.problem.space, ctx.problem.graph_nodes, values, ctx.settings["sampler"] == "grid",
+                              ctx.settings.get("rankings")))
+    return out
+
+
+def enqueue_initial(ctx: StudyContext, extra: list[str]) -> None:
+    """Trial 0 is the backend's default configuration (once per study); then the greedy set of each
+    sensitivity ranking (once per ranking), then any --enqueue configs."""
+    study, problem = ctx.study, ctx.problem
+    grid = ctx.settings["sampler"] == "grid"
+    rankings = ctx.settings.get("rankings")
+    queued = parse_enqueue(ctx, extra)
+    if not study.user_attrs.get(BASELINE_ENQUEUED):
+        study.enqueue_trial(baseline_params(ctx), user_attrs={BASELINE: True})
+        study.set_user_attr(BASELINE_ENQUEUED, True)
+    for name, r in (rankings or {}).items():
+        if r["greedy_feasible"] and not study.user_attrs.get(f"greedy_enqueued/{r['table_key']}"):
+            values = {"precision": r["route"]["precision"], f"{name}/top_k": r["cut"]}
+            study.enqueue_trial(params_for(problem.space, problem.graph_nodes, values, grid, rankings),
+                                user_attrs={ENQUEUED: "greedy"})
+            study.set_user_attr(f"greedy_enqueued/{r['table_key']}", True)
+    for item, params in zip(extra, queued):
+        study.enqueue_trial(params, user_attrs={ENQUEUED: item}, skip_if_exists=True)

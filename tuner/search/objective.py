@@ -1,0 +1,88 @@
+"""The objective of one trial: suggest a config, reuse an earlier measurement of the same build, or
+have the evaluator build and measure it; report latency and error, and the requirement as constraints."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from typing import Protocol
+
+import optuna
+from optuna.trial import TrialState
+
+from ..machine import same_machine
+from ..record import BUILD_KEY, CONFIG, FAIL_REASON, MACHINE, REUSED_FROM, TrialRecord
+from ..space import normalize, trial_chooser
+from .samplers import grid_space
+from .study import StudyContext
+
+
+class CandidateEvaluator(Protocol):
+    """What the objective needs of an evaluator (tuner.evaluate.Evaluator): build and measure one config."""
+
+    def measure(self, config: dict, out_dir: str) -> TrialRecord: ...
+
+
+def build_key(settings: dict, config: dict) -> str:
+    """Everything a build depends on: model, data, config, backend and library versions."""
+    payload = {"model": settings["model_hash"], "data": settings["data_hash"], "config": config,
+               "versions": settings["machine"]["versions"], "backend": settings["backend"]}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+class Objective:
+    """Called by Optuna once per trial. A failure (TrialFailure from the evaluator) fails only the trial."""
+
+    def __init__(self, ctx: StudyContext, evaluator: CandidateEvaluator, engines_dir: str, keep_engines: bool = False):
+        self.ctx = ctx
+        self.evaluator = evaluator
+        self.engines_dir = engines_dir
+        self.keep_engines = keep_engines
+        self.grid_names = set(grid_space(ctx.problem.space)) if ctx.settings["sampler"] == "grid" else None
+
+    def __call__(self, trial: optuna.Trial):
+        ctx = self.ctx
+        config = normalize(ctx.problem.space, trial_chooser(trial, self.grid_names), ctx.problem.graph_nodes,
+                           ctx.settings.get("rankings"))
+        key = build_key(ctx.settings, config)
+        trial.set_user_attr(CONFIG, config)
+        trial.set_user_attr(BUILD_KEY, key)
+        trial.set_user_attr(MACHINE, ctx.settings["machine"])
+        prior = self._completed_with(key, trial.number)
+        if prior is not None:
+            trial.set_user_attr(REUSED_FROM, prior.user_attrs.get(REUSED_FROM, prior.number))
+            return self._report(trial, TrialRecord.from_trial(prior).copied())
+        out_dir = os.path.join(self.engines_dir, f"trial-{trial.number}")
+        try:
+            rec = self.evaluator.measure(config, out_dir)
+        except KeyboardInterrupt:  # Optuna fails the trial and re-raises; say why
+            trial.set_user_attr(FAIL_REASON, "interrupted (Ctrl-C) during this trial")
+            raise
+        except Exception as exc:
+            trial.set_user_attr(FAIL_REASON, str(exc))
+            raise
+        finally:
+            if not self.keep_engines:
+                shutil.rmtree(out_dir, ignore_errors=True)
+        if not self.keep_engines:
+            rec.engine_dir = None
+        return self._report(trial, rec)
+
+    def _report(self, trial: optuna.Trial, rec: TrialRecord):
+        for k, v in rec.to_attrs().items():
+            trial.set_user_attr(k, v)
+        for bound, value in rec.violations.items():
+            trial.set_constraint(bound, value)
+        error = min(float(rec.metrics.get(self.ctx.problem.requirement.primary_metric, 1e30)), 1e30)
+        values = {"latency": rec.median_ms, "error": error}
+        out = [values[o] for o in self.ctx.objectives]
+        return out if len(out) > 1 else out[0]
+
+    def _completed_with(self, key: str, number: int):
+        for t in self.ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            # a latency measured on another machine is no measurement for this one
+            if t.user_attrs.get(BUILD_KEY) == key and t.number != number and same_machine(
+                    t.user_attrs.get(MACHINE) or {}, self.ctx.settings["machine"]):
+                return t
+        return None

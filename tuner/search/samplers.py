@@ -1,0 +1,46 @@
+"""Optuna samplers from a study's settings (re-created on every resume: Optuna does not store them)."""
+from __future__ import annotations
+
+import warnings
+
+import optuna
+
+from ..errors import UserError
+from ..space import Space, grid_values
+
+
+def grid_space(space: Space) -> dict[str, list]:
+    """The coarse grid: every session and route parameter; per-layer overrides stay at their default."""
+    return {p.name: grid_values(p) for p in space.params}
+
+
+def make_sampler(settings: dict, space: Space, worker: int = 0) -> optuna.samplers.BaseSampler:
+    """worker: parallel workers get seed + worker, else they would all propose the same first configs."""
+    name, seed = settings["sampler"], settings.get("seed")
+    if seed is not None:
+        seed += worker
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    if name == "tpe":
+        # multivariate=None means False for several objectives (slow and blind to interactions);
+        # group=True models the conditional sub-spaces of each precision route separately.
+        return optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        try:
+            import torch  # noqa: F401  (GPSampler needs it)
+        except ImportError:
+            raise UserError("--sampler gp needs PyTorch: pip install torch") from None
+        return optuna.samplers.GPSampler(seed=seed)
+    return optuna.samplers.GridSampler(grid_space(space), seed=seed)
+
+
+def sampler_options(sampler) -> dict:
+    """What the study records of its sampler (the class and the options that change its proposals)."""
+    opts = {"class": type(sampler).__name__}
+    for k in ("_multivariate", "_group", "_n_startup_trials", "_constant_liar", "_population_size"):
+        if hasattr(sampler, k):
+            opts[k.lstrip("_")] = getattr(sampler, k)
+    return opts

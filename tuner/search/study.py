@@ -1,0 +1,54 @@
+"""The Optuna study behind a tuning run: create or resume it with its settings and sampler."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import optuna
+
+from ..errors import UserError
+from ..problem import Problem
+from .samplers import make_sampler, sampler_options
+from .settings import OBJECTIVES, SETTINGS_ATTR
+
+
+@dataclass
+class StudyContext:
+    """A study opened for tuning, with the problem it tunes."""
+
+    study: optuna.Study
+    settings: dict
+    problem: Problem
+    url: str
+
+    @property
+    def objectives(self) -> tuple[str, ...]:
+        return OBJECTIVES[self.settings["objectives"]]
+
+
+def load_existing(name: str, storage) -> optuna.Study | None:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return None
+
+
+def stored_settings(study: optuna.Study | None) -> dict | None:
+    return study.user_attrs.get(SETTINGS_ATTR) if study is not None else None
+
+
+def create_or_resume(name: str, storage, study: optuna.Study | None, settings: dict, problem: Problem) -> optuna.Study:
+    """Create the study (objective directions from the settings) or give the existing one a fresh
+    sampler; store the settings. Called once the problem has loaded, so bad input writes nothing."""
+    n_objectives = len(OBJECTIVES[settings["objectives"]])
+    sampler = make_sampler(settings, problem.space)
+    if study is None:
+        study = optuna.create_study(study_name=name, storage=storage, directions=["minimize"] * n_objectives,
+                                    sampler=sampler)
+    else:
+        if len(study.directions) != n_objectives:
+            raise UserError(f"study {name!r} has {len(study.directions)} objective(s); --objectives cannot change that")
+        study.sampler = sampler  # the sampler's state is not stored: made again from the stored settings
+    settings["sampler_options"] = sampler_options(study.sampler)
+    study.set_user_attr(SETTINGS_ATTR, settings)
+    return study
