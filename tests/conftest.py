@@ -10,6 +10,5 @@ def demo_path(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
-    import tuner.evaluate as ev
-
-    monkeypatch.setattr(ev, "CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    """One cache for the session's tests, never the working directory's .tuner-cache."""
+    monkeypatch.setenv("TUNER_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))

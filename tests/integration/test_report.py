@@ -2,14 +2,12 @@
 
 The expected Pareto front, best-so-far line and override rates are computed here from the stored
 trials, so the tests hold whatever the latencies measured on this machine are."""
-import argparse
 import json
 import os
 import re
 import shutil
 import sqlite3
 import subprocess
-import sys
 
 import optuna
 import pytest
@@ -19,12 +17,14 @@ from tuner.demo import write_demo_model
 from tuner.errors import UserError
 from tuner.measure.latency import LatencyProtocol
 from tuner.report import (StudyView, history_figure, importance_figure, layer_map_figure, layer_override_rates,
-                          note_of, open_for_report, pareto_figure, register, summary_rows, write_report)
-from tuner.study import TuneOptions, is_feasible
-from tuner.tune import tune
+                          note_of, pareto_figure, summary_rows, write_report)
+from tuner.storage import load_study
+from tuner.run.options import TuneOptions
+from tuner.search.trials import is_feasible
+from tuner.run.tune import tune
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=1)
-NOTEBOOK = os.path.join(os.path.dirname(__file__), "..", "notebooks", "analyze_study.ipynb")
+NOTEBOOK = os.path.join(os.path.dirname(__file__), "..", "..", "notebooks", "analyze_study.ipynb")
 LIMIT = 1e-4
 # Two routes; per-block overrides (four layer parameters) so the layer map has something to show.
 SPACE = """
@@ -151,10 +151,12 @@ def test_history_importance_layers_summary(study):
 
 
 def _run_cli(argv):
-    ap = argparse.ArgumentParser(prog="tuner")
-    register(ap.add_subparsers(dest="command", required=True))
-    args = ap.parse_args(argv)
-    return args.func(args)
+    """The report command as the CLI runs it, with its UserError raised (main prints it as one line)."""
+    from tuner import commands
+    from tuner.cli import build_parser
+
+    args = build_parser().parse_args(argv)
+    return getattr(commands, args.run)(args)
 
 
 def test_cli_report_is_self_contained(study, tmp, capsys):
@@ -182,7 +184,7 @@ def test_report_reads_while_a_writer_holds_the_database(study, tmp):
     try:
         writer.execute("BEGIN EXCLUSIVE")
         writer.execute("UPDATE studies SET study_name = study_name")
-        path = write_report(open_for_report("r", f"sqlite:///{tmp}/r.db"), str(tmp / "during.html"))
+        path = write_report(load_study("r", f"sqlite:///{tmp}/r.db", reading=True), str(tmp / "during.html"))
         assert "Pareto front of feasible trials" in open(path).read()
     finally:
         writer.execute("ROLLBACK")
@@ -253,9 +255,3 @@ def test_report_renders_in_headless_chromium(name, study, hopeless, tmp):
     assert plots == (4 if name == "r" else 1)  # the hopeless study: only the Pareto chart (with its note)
 
 
-def test_report_module_is_light_for_the_cli():
-    """Building the CLI parser (register) must not import Optuna or plotly; the figures load on first use."""
-    code = ("import sys, argparse, tuner.report as r; ap = argparse.ArgumentParser(); r.register(ap.add_subparsers()); "
-            "heavy = [m for m in ('optuna', 'plotly') if m in sys.modules]; assert not heavy, heavy; "
-            "from tuner.report import pareto_figure; assert 'plotly' in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True)

@@ -6,11 +6,13 @@ import pytest
 
 from tuner.cli import main
 from tuner.demo import write_demo_model
-from tuner.evaluate import load_problem
+from tuner.problem import load_problem
 from tuner.measure.latency import LatencyProtocol
+from tuner.evaluate import Evaluator
 from tuner.sensitivity import analyze, quantizing_override
-from tuner.study import TuneOptions, is_feasible
-from tuner.tune import tune
+from tuner.run.options import TuneOptions
+from tuner.search.trials import is_feasible
+from tuner.run.tune import tune
 
 PLANTED = {f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv"}
 # At this bound every 5 of the 6 planted projections in float still fail (cos >= 0.00087 here) and
@@ -40,11 +42,12 @@ def test_ranking_puts_the_planted_blocks_first_and_is_cached(planted):
     problem = load_problem(planted, shapes=["x=2x64x256"], require="cos<=0.002")
     groups = dataclasses.replace(quantizing_override(problem, "int8-dynamic"), granularity="group",
                                  group_pattern=r"^(block\d+)/")
-    table = analyze(problem, {"precision": "int8-dynamic"}, groups)
+    with Evaluator(problem.spec, persistent=True) as evaluator:
+        table = analyze(problem, {"precision": "int8-dynamic"}, groups, evaluator)
     assert not table["cached"]
     assert [e["name"] for e in table["entries"]][:2] in (["block1", "block3"], ["block3", "block1"])
     assert table["error_all_quantized"] > 0.002  # quantizing everything breaks the requirement
-    again = analyze(problem, {"precision": "int8-dynamic"}, groups)
+    again = analyze(problem, {"precision": "int8-dynamic"}, groups, None)  # cached: no build
     assert again["cached"] and again["entries"] == table["entries"]
 
 

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-BENCH = os.path.join(os.path.dirname(__file__), "..", "bench", "run.py")
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "run.py")
 
 
 def test_bench_runs_every_strategy_and_writes_table_json_and_figure(tmp_path):

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 
 from tuner.space import SPACES_DIR
 from tuner.cli import main
-from tuner.lock import device_lock
+from tuner.locks import device_lock
 
 SMALL_SPACE = open(os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")).read()
 
@@ -194,22 +194,6 @@ def _hold_lock_forever(path, ready):
         time.sleep(600)
 
 
-def test_a_killed_lock_holder_releases_the_timing_lock(tmp_path):
-    path = str(tmp_path / "dev.lock")
-    ctx = mp.get_context("spawn")
-    ready = ctx.Event()
-    holder = ctx.Process(target=_hold_lock_forever, args=(path, ready))
-    holder.start()
-    assert ready.wait(60)
-    holder.kill()
-    holder.join()
-    got = ctx.Event()
-    taker = ctx.Process(target=_take_lock, args=(path, got))
-    taker.start()
-    taker.join(30)
-    assert got.is_set()
-
-
 def _take_lock(path, got):
     with device_lock(path):
         got.set()
@@ -272,3 +256,19 @@ def test_a_study_name_used_for_another_model_is_refused(tmp_path, demo_path, cap
     err = capsys.readouterr().err
     assert "was created with model_path" in err and "--force" in err
     assert len(optuna.load_study(study_name="s", storage="sqlite:///studies/s.db").trials) == 1
+
+
+def test_a_killed_lock_holder_releases_the_timing_lock(tmp_path):
+    path = str(tmp_path / "dev.lock")
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    holder = ctx.Process(target=_hold_lock_forever, args=(path, ready))
+    holder.start()
+    assert ready.wait(60)
+    holder.kill()
+    holder.join()
+    got = ctx.Event()
+    taker = ctx.Process(target=_take_lock, args=(path, got))
+    taker.start()
+    taker.join(30)
+    assert got.is_set()

@@ -16,9 +16,11 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.space import SPACES_DIR
-from tuner.cluster import budget_counts, machine_id
+from tuner.run.claims import budget_counts
 from tuner.demo import write_demo_model
-from tuner.machine import fingerprint
+from tuner.machine import machine_id
+from tuner.run.join import this_machine
+from tuner.space import load_space
 
 SMALL_SPACE = open(os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")).read()
 PG_ENV = "TUNER_TEST_PG_URL"
@@ -167,7 +169,7 @@ def test_a_worker_with_another_model_or_machine_is_refused(pg_url, work):
               "--quiet", "--max-timing-s", "0.5")
     assert r.returncode == 0, r.stderr
     trials = load(pg_url, study)
-    here = machine_id(fingerprint())
+    here = machine_id(this_machine(load_space(None)))
     mine = [t for t in trials if t.user_attrs.get("baseline_machine") == here]
     assert len(mine) == 1 and mine[0].state == TrialState.COMPLETE and mine[0].params == trials[0].params
     assert "reused_from" not in mine[0].user_attrs  # timed here, not copied from the other machine's baseline
@@ -224,6 +226,10 @@ def test_unreachable_server_is_one_line(work, command):
     if command[0] != "status":
         return
     r = tuner(work, "migrate", "--from", f"sqlite:///{work}/none.db", "--to", url, timeout=60)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "no such file" in r.stderr
+    assert not (work / "none.db").exists()  # a misspelt source is not created
+    optuna.create_study(study_name="m", storage=f"sqlite:///{work}/some.db")
+    r = tuner(work, "migrate", "--from", f"sqlite:///{work}/some.db", "--to", url, timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and f"127.0.0.1:{port}" in r.stderr
 
 
@@ -237,11 +243,11 @@ parameters:
 
 def test_calibration_ranges_are_stored_in_the_study_and_reused(work, tmp_path, demo_path):
     """Needs no server: the study (SQLite here) carries the ranges to every worker's cache."""
-    import tuner.evaluate as ev
-    from tuner.cluster import CALIB_PREFIX, download_calibration
+    from tuner import cache
     from tuner.measure.latency import LatencyProtocol
-    from tuner.study import TuneOptions
-    from tuner.tune import tune
+    from tuner.run.claims import CALIB_PREFIX, download_calibration
+    from tuner.run.options import TuneOptions
+    from tuner.run.tune import tune
 
     (tmp_path / "static.yaml").write_text(STATIC_SPACE)
     result = tune(TuneOptions(study="c", model=demo_path, storage=f"sqlite:///{tmp_path}/c.db", space=str(tmp_path / "static.yaml"),
@@ -252,7 +258,7 @@ def test_calibration_ranges_are_stored_in_the_study_and_reused(work, tmp_path, d
     stored = {k: v for k, v in result.study.user_attrs.items() if k.startswith(CALIB_PREFIX)}
     assert len(stored) == 1
     (key, text), = stored.items()
-    path = os.path.join(ev.CACHE_DIR, key[len(CALIB_PREFIX):])
+    path = cache.cache_path(key[len(CALIB_PREFIX):])
     assert open(path).read() == text
     os.remove(path)  # another host: an empty cache
     download_calibration(result.study)

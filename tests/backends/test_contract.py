@@ -1,0 +1,108 @@
+"""What every backend promises (tuner/backends/base.py), checked for each registered backend whose
+library imports here; the others skip with the reason. Real builds on the planted demo model."""
+import os
+
+import numpy as np
+import pytest
+
+from tuner.backends.base import Engine, get_backend, known_backends
+from tuner.errors import UserError
+from tuner.evaluate import build, check_accuracy
+from tuner.problem import load_problem
+
+PLANTED = [f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv"]  # outlier inputs (tuner.demo)
+
+
+def _backend_or_skip(name):
+    try:
+        return get_backend(name)
+    except UserError as exc:
+        pytest.skip(f"backend {name}: {exc}")
+
+
+@pytest.fixture(scope="module")
+def problem(tmp_path_factory):
+    from tuner.demo import write_demo_model
+
+    path = write_demo_model(str(tmp_path_factory.mktemp("contract") / "planted.onnx"), outliers=2)
+    return load_problem(path, shapes=["x=2x64x256"], require="cos<=0.0005", n_batches=2)
+
+
+@pytest.fixture(params=known_backends())
+def backend(request):
+    return _backend_or_skip(request.param)
+
+
+def _engine(problem, backend, config, work):
+    engine, used, _ = build(problem, {"backend": backend.name, **config}, str(work))
+    assert used.name == backend.name
+    return engine
+
+
+def test_fp32_matches_the_reference_with_float32_outputs(problem, backend, tmp_path):
+    engine = _engine(problem, backend, {"precision": "fp32"}, tmp_path)
+    try:
+        assert isinstance(engine, Engine)
+        out = engine.run(problem.batches[0])
+        assert all(v.dtype == np.float32 for v in out.values()), {k: v.dtype for k, v in out.items()}
+        metrics, _ = check_accuracy(problem, engine)
+        assert metrics["cos"] < 1e-6 and metrics["rel_l2"] < 1e-4, metrics
+        call = engine.timed_call(problem.batches[0])
+        call()
+        call()
+    finally:
+        engine.close()
+
+
+def test_every_route_builds_or_refuses_in_one_line(problem, backend, tmp_path):
+    assert "fp32" in backend.routes and set(backend.quantizing_routes) <= set(backend.routes)
+    assert backend.knows("precision") and not backend.knows("no_such_knob_anywhere")
+    assert backend.versions() and backend.name in backend.versions()
+    for route in backend.routes:
+        try:
+            engine = _engine(problem, backend, {"precision": route}, tmp_path / route)
+        except Exception as exc:  # noqa: BLE001  a refusal is allowed, a traceback dump is not
+            assert "\n" not in str(exc).strip() and str(exc).strip(), f"{route}: {exc!r}"
+            continue
+        try:
+            out = engine.run(problem.batches[0])
+            assert all(v.dtype == np.float32 for v in out.values())
+        finally:
+            engine.close()
+
+
+def test_keep_in_float_restores_accuracy_on_the_planted_demo(problem, backend, tmp_path):
+    routes = [r for r in backend.quantizing_routes]
+    if not routes:
+        pytest.skip(f"{backend.name} has no quantizing route")
+    route = routes[0]
+    everything = _engine(problem, backend, {"precision": route, "keep_float": []}, tmp_path / "all")
+    kept = _engine(problem, backend, {"precision": route, "keep_float": PLANTED}, tmp_path / "kept")
+    try:
+        err_all = check_accuracy(problem, everything)[0]["cos"]
+        err_kept = check_accuracy(problem, kept)[0]["cos"]
+    finally:
+        everything.close()
+        kept.close()
+    assert err_kept < err_all / 3, (route, err_all, err_kept)
+
+
+def test_save_writes_a_loadable_engine(problem, backend, tmp_path):
+    engine = _engine(problem, backend, {"precision": "fp32"}, tmp_path / "build")
+    try:
+        before = engine.run(problem.batches[0])
+        main = engine.save(str(tmp_path / "saved"))
+    finally:
+        engine.close()
+    assert os.path.isfile(main)
+    loaded = backend.load(str(tmp_path / "saved"))
+    try:
+        after = loaded.run(problem.batches[0])
+    finally:
+        loaded.close()
+    for name, value in before.items():
+        np.testing.assert_allclose(after[name], value, rtol=1e-4, atol=1e-5)
+    scope = {"inputs": problem.batches[0]}
+    exec(backend.usage(str(tmp_path / "saved")), scope)  # the lines export writes for users, run as given
+    for got, want in zip(scope["outputs"], before.values()):
+        np.testing.assert_allclose(np.asarray(got, np.float32), want, rtol=1e-4, atol=1e-5)

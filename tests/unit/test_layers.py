@@ -1,0 +1,85 @@
+"""The package's import graph: no circle, no import of a tuner module hidden in a function, the search
+never reaching a backend, and ONNX Runtime imported only by its backend and the reference."""
+import ast
+import os
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "tuner")
+# Modules the search may not reach, directly or through others: they build or time engines.
+BUILDERS = ("tuner.evaluate", "tuner.isolate", "tuner.reference", "tuner.winner", "tuner.sensitivity", "tuner.run")
+BACKEND_LIBS = ("onnxruntime", "openvino", "nncf", "tensorrt")
+
+
+def _modules() -> dict[str, str]:
+    out = {}
+    for dirpath, _, files in os.walk(ROOT):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(dirpath, f)
+                rel = os.path.relpath(path, os.path.dirname(ROOT))[:-3].replace(os.sep, ".")
+                out[rel[: -len(".__init__")] if rel.endswith(".__init__") else rel] = path
+    return out
+
+
+def _imports(name: str, path: str) -> list[tuple[str, bool]]:
+    """(imported module, at top level?) for every import statement of the module."""
+    tree = ast.parse(open(path).read())
+    package = name if path.endswith("__init__.py") else name.rsplit(".", 1)[0]
+    top = {id(n) for n in tree.body}
+    for node in ast.walk(tree):  # imports under `if TYPE_CHECKING:` or try at top level count as top level
+        if isinstance(node, (ast.If, ast.Try)) and id(node) in top:
+            top |= {id(n) for n in ast.walk(node)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, id(node) in top) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module
+            out.append((mod, id(node) in top))
+            out += [(f"{mod}.{a.name}", id(node) in top) for a in node.names]  # `from . import cache`
+    return out
+
+
+MODULES = _modules()
+GRAPH = {m: {i for i, _ in _imports(m, p) if i in MODULES and i != m} for m, p in MODULES.items()}
+
+
+def _closure(start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        m = todo.pop()
+        for n in GRAPH[m]:
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+    return seen
+
+
+def test_no_import_circle():
+    for m in MODULES:
+        assert m not in _closure(m), f"{m} imports itself through {sorted(_closure(m) & {x for x in MODULES if m in _closure(x)})}"
+
+
+def test_tuner_modules_are_imported_at_the_top():
+    hidden = [(m, i) for m, p in MODULES.items() for i, top in _imports(m, p) if not top and i.startswith("tuner")]
+    assert hidden == [], f"imports of tuner modules inside functions (they hide circles): {hidden}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("tuner.search")))
+def test_the_search_reaches_no_builder_and_no_backend(module):
+    reach = _closure(module) | {module}
+    builders = sorted(m for m in reach if m.startswith(BUILDERS) or (m.startswith("tuner.backends.") and m != "tuner.backends.base"))
+    assert builders == [], f"{module} reaches {builders}"
+    libs = sorted({i.split(".")[0] for m in reach for i, _ in _imports(m, MODULES[m]) if i.split(".")[0] in BACKEND_LIBS})
+    assert libs == [], f"{module} reaches modules importing {libs}"
+
+
+def test_onnxruntime_is_imported_only_by_its_backend_and_the_reference():
+    users = sorted(m for m, p in MODULES.items() for i, _ in _imports(m, p) if i.split(".")[0] == "onnxruntime")
+    outside = [m for m in users if not m.startswith("tuner.backends.") and m != "tuner.reference"]
+    assert users and outside == [], outside
