@@ -2,7 +2,7 @@
 
   python bench/interleave_bench.py [--model bench/models/mobilenet_v3_small.onnx --shape x=1x3x224x224]
 
-Times one session alone, then N identical sessions round-robin (tuner.select.time_interleaved), built
+Times one session alone, then N identical sessions round-robin (tuner.measure.latency.time_side_by_side), built
 plainly and with interleaved=True. Identical engines should read the same as the lone one: the
 ratio column is interleaved median / alone median. Prints figures; asserts nothing.
 """
@@ -17,14 +17,15 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tuner.backends.onnxruntime import make_session  # noqa: E402
+from tuner.backends.onnxruntime.session import make_session  # noqa: E402
 from tuner.demo import write_demo_model  # noqa: E402
-from tuner.select import time_interleaved  # noqa: E402
+from tuner.measure.latency import time_side_by_side  # noqa: E402
 
 
 def medians(model: str, feed: dict, n: int, interleaved: bool, rounds: int) -> list[float]:
     sessions = [make_session(model, {"intra_op_num_threads": os.cpu_count()}, interleaved) for _ in range(n)]
-    return [statistics.median(s) for s in time_interleaved(sessions, feed, rounds=rounds)]
+    calls = [lambda s=s: s.run(None, feed) for s in sessions]
+    return [statistics.median(x) for x in time_side_by_side(calls, rounds=rounds)]
 
 
 def main() -> None:

@@ -16,8 +16,9 @@ import time
 
 from tuner.demo import write_demo_model
 from tuner.measure.latency import LatencyProtocol
-from tuner.study import TuneOptions, is_feasible
-from tuner.tune import tune
+from tuner.run.options import TuneOptions
+from tuner.run.tune import tune
+from tuner.search.trials import is_feasible
 
 
 def main(argv=None) -> int:

@@ -48,8 +48,9 @@ def _stop_pg():
 
 
 def storage_overhead(url: str, name: str, tmp: str, model: str, n: int, mode: str) -> dict:
-    from tuner.cluster import TrialClaims
-    from tuner.study import TuneOptions, open_study
+    from tuner.run.claims import TrialClaims
+    from tuner.run.options import TuneOptions
+    from tuner.run.prepare import open_study
 
     ctx = open_study(TuneOptions(study=name, model=model, storage=url, space=os.path.join(tmp, "small.yaml"),
                                  shapes=["x=2x64x256"], require="cos<=0.005", quiet=True, progress=False))
@@ -106,13 +107,12 @@ def main() -> None:
     pg, started = _pg_url(args.pg)
     try:
         with tempfile.TemporaryDirectory(prefix="pg-bench-") as tmp:
-            from tuner import evaluate
             from tuner.demo import write_demo_model
 
             with open(os.path.join(tmp, "small.yaml"), "w") as f:
                 f.write(SMALL_SPACE)
             model = write_demo_model(os.path.join(tmp, "demo.onnx"))
-            evaluate.CACHE_DIR = os.path.join(tmp, "cache")  # TUNER_CACHE is read at import
+            os.environ["TUNER_CACHE"] = os.path.join(tmp, "cache")
             print(f"storage overhead per trial, {args.trials} synthetic trials, one process (ms; first/last tenth)")
             for mode in ("plain optimize", "tuner loop"):
                 for kind, url in (("sqlite", f"sqlite:///{tmp}/{mode[0]}.db"), ("journal", f"journal:///{tmp}/{mode[0]}.log"),

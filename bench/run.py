@@ -22,14 +22,12 @@ import time
 import optuna
 
 from tuner.demo import write_demo_model
-from tuner import evaluate
-from tuner.evaluate import build_candidate
-from tuner.lock import default_lock_path, device_lock
-from tuner.measure.latency import LatencyProtocol
-from tuner.select import time_interleaved
 from tuner.api import study_problem
-from tuner.study import TuneOptions, baseline_trial, is_feasible, latency_of
-from tuner.tune import tune
+from tuner.evaluate import Evaluator
+from tuner.measure.latency import LatencyProtocol
+from tuner.run.options import TuneOptions
+from tuner.run.tune import tune
+from tuner.search.trials import baseline_trial, is_feasible, latency_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = {  # name -> (shapes, int ranges, requirement)
@@ -87,18 +85,17 @@ def interleaved(study: optuna.Study, configs: dict[str, dict], work: str) -> dic
     """Median ms of each config, all timed round-robin in this process; runs that found the same
     config share one engine, so equal configs get equal figures."""
     problem = study_problem(study)
-    distinct: dict[str, int] = {}  # config json -> session index
-    sessions, index_of = [], {}
+    distinct: dict[str, int] = {}  # config json -> engine index
+    engines, index_of = [], {}
     for label, cfg in configs.items():
         key = json.dumps(cfg, sort_keys=True)
         if key not in distinct:
-            distinct[key] = len(sessions)
-            sessions.append(build_candidate(problem, cfg, os.path.join(work, f"final-{len(sessions)}"),
-                                            interleaved=True).session)
+            distinct[key] = len(engines)
+            engines.append(cfg)
         index_of[label] = distinct[key]
-    with device_lock(default_lock_path("cpu")):
-        samples = time_interleaved(sessions, problem.batches[0], rounds=20)
-    medians = [statistics.median(s) for s in samples]
+    with Evaluator(problem.spec, timeout_s=3600) as evaluator:
+        results = evaluator.confirm(engines, rounds=20)
+    medians = [statistics.median(r["samples"]) if "samples" in r else float("nan") for r in results]
     return {label: medians[i] for label, i in index_of.items()}
 
 
@@ -115,7 +112,7 @@ def main(argv=None) -> int:
     results = {}
     for model in args.models:
         work = tempfile.mkdtemp(prefix=f"bench-{model}-")
-        evaluate.CACHE_DIR = os.path.join(work, "cache")  # read at import from TUNER_CACHE: set it directly
+        os.environ.setdefault("TUNER_CACHE", os.path.join(work, "cache"))
         runs = {}
         for kind, seeds in (("tuner", args.seeds), ("random", args.seeds), ("grid", [0])):
             for seed in seeds:

@@ -22,11 +22,12 @@ import time
 
 import optuna
 
-from tuner import evaluate
 from tuner.demo import write_demo_model
 from tuner.measure.latency import LatencyProtocol
-from tuner.study import TuneOptions, baseline_trial, is_feasible, latency_of, open_study
-from tuner.tune import tune
+from tuner.run.options import TuneOptions
+from tuner.run.prepare import open_study
+from tuner.run.tune import tune
+from tuner.search.trials import baseline_trial, is_feasible, latency_of
 
 from fetch_models import ocr_model
 
@@ -115,8 +116,7 @@ def main(argv=None) -> int:
     rows, raw = [], []
     for mname in args.models:
         work = tempfile.mkdtemp(prefix=f"bench-sens-{mname}-")
-        if "TUNER_CACHE" not in os.environ:  # a cache the user named is kept; evaluate reads it at import
-            evaluate.CACHE_DIR = os.path.join(work, "cache")
+        os.environ.setdefault("TUNER_CACHE", os.path.join(work, "cache"))  # a cache the user named is kept
         model = model_path(mname, work)
         shapes, require = MODELS[mname]
         studies = {}

@@ -18,7 +18,9 @@ import tempfile
 import optuna
 
 from tuner.demo import write_demo_model
-from tuner.study import TuneOptions, attach_study, open_study
+from tuner.run.join import join_study
+from tuner.run.options import TuneOptions
+from tuner.run.prepare import open_study
 
 from synthetic import synthetic_objective
 
@@ -27,7 +29,7 @@ ENQUEUED = 8
 
 def _worker(kind: str, url: str, index: int, n: int, errors) -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    ctx = attach_study(url, "bench", worker=index)
+    ctx, _ = join_study(url, "bench", worker=index)
     study = ctx.study
     if kind == "sqlite-plain":  # Optuna's RDBStorage as it comes, only a 60 s busy timeout
         storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})

@@ -22,8 +22,11 @@ import optuna
 from tuner.demo import write_demo_model
 from tuner.measure.latency import LatencyProtocol
 from tuner.space import layer_candidates
-from tuner.study import TuneOptions, baseline_trial, enqueue_initial, is_feasible, latency_of, open_study
-from tuner.tune import tune
+from tuner.run.options import TuneOptions
+from tuner.run.prepare import open_study
+from tuner.run.tune import tune
+from tuner.search.enqueue import enqueue_initial
+from tuner.search.trials import baseline_trial, is_feasible, latency_of
 
 from synthetic import synthetic_objective
 

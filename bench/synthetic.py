@@ -3,7 +3,8 @@ what it costs is the sampler and the storage, the part of a study that is not th
 from __future__ import annotations
 
 from tuner.space import normalize, trial_chooser
-from tuner.study import StudyContext, build_key
+from tuner.search.objective import build_key
+from tuner.search.study import StudyContext
 
 
 def synthetic_objective(ctx: StudyContext):
