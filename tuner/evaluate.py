@@ -190,7 +190,8 @@ def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase:
     with _checked_engine(problem, config, on_phase) as (engine, backend, metrics, per_output):
         on_phase("saving")
         path = engine.save(out_dir)
-    return {"metrics": metrics, "per_output": per_output, "engine": path, "backend": backend.name}
+    return {"metrics": metrics, "per_output": per_output, "engine": path, "backend": backend.name,
+            "usage": backend.usage(out_dir)}
 
 
 class Evaluator:

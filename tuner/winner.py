@@ -117,6 +117,7 @@ def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effo
         "config": chosen["config"],
         "backend": built["backend"],
         "engine": os.path.relpath(built["engine"], out_dir),
+        "usage": built["usage"],  # the lines of Python that load and run it with the backend's own library
         "requirement": str(problem.requirement),
         "meets_requirement": problem.requirement.holds(metrics),
         "metrics": metrics,
