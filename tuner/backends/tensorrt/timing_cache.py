@@ -106,9 +106,11 @@ def offer_best(engine_dir: str, scope: str, median_ms: float) -> bool:
         if "median_ms" in best and best["median_ms"] <= median_ms:
             return False
         write_atomic(os.path.join(scope, BEST_CACHE), read_bytes(src))
-        tactics = os.path.join(engine_dir, TACTICS_FILE)
+        tactics, kept = os.path.join(engine_dir, TACTICS_FILE), os.path.join(scope, BEST_TACTICS)
         if os.path.isfile(tactics):
-            write_atomic(os.path.join(scope, BEST_TACTICS), read_bytes(tactics))
+            write_atomic(kept, read_bytes(tactics))
+        elif os.path.isfile(kept):  # never leave the previous best's tactics beside the new best's cache
+            os.remove(kept)
         write_atomic(record, json.dumps({"median_ms": median_ms, "engine_dir": os.path.abspath(engine_dir)}).encode())
     return True
 
