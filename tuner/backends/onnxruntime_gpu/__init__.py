@@ -8,8 +8,6 @@ Runtime puts it on another provider than the one asked for, which it otherwise d
 """
 from __future__ import annotations
 
-import glob
-import json
 import logging
 import os
 from typing import Any, Callable
@@ -22,7 +20,7 @@ from ...model import ModelFile, save_model
 from ..base import Batch, BuildContext, Outputs
 from ..cuda_rt import DeviceRuntime, load_runtime
 from ..onnxruntime import OrtEngine
-from ..onnxruntime.session import SETTINGS_FILE, adapt_feed, write_settings
+from ..onnxruntime.session import adapt_feed, read_engine_dir, write_settings
 from ..tensorrt.knobs import ROUTE_OPTIONS
 from ..tensorrt.precision import ROUTES as TRT_ROUTES
 from ..tensorrt.precision import apply_precision
@@ -120,12 +118,8 @@ class OnnxRuntimeGpuBackend:
         return OrtGpuEngine(session, model_path, saved)
 
     def load(self, engine_dir: str) -> OrtGpuEngine:
-        models = sorted(glob.glob(os.path.join(engine_dir, "*.onnx")))
-        if len(models) != 1 or not os.path.isfile(os.path.join(engine_dir, SETTINGS_FILE)):
-            raise ValueError(f"{engine_dir}: not an onnxruntime-gpu engine (one .onnx file and {SETTINGS_FILE} expected)")
-        with open(os.path.join(engine_dir, SETTINGS_FILE)) as f:
-            saved = json.load(f)
-        return OrtGpuEngine(make_gpu_session(models[0], saved["providers"]), models[0], saved)
+        model_path, saved = read_engine_dir(engine_dir, self.name)
+        return OrtGpuEngine(make_gpu_session(model_path, saved["providers"]), model_path, saved)
 
     def usage(self, engine_dir: str) -> str:
         return USAGE.format(dir=engine_dir)
