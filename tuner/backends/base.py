@@ -46,8 +46,9 @@ class Engine(Protocol):
     def run(self, batch: Batch) -> Outputs:
         """One inference; float outputs come back as float32, so every engine compares to one reference."""
 
-    def timed_call(self, batch: Batch) -> Callable[[], None]:
-        """Stage the inputs once; each call of the result is one synchronised inference."""
+    def timed_call(self, batch: Batch) -> Callable[[], float | None]:
+        """Stage the inputs once; each call of the result is one synchronised inference. A call that
+        returns a float gives its own time in ms (a GPU's CUDA events); None: the wall clock times it."""
 
     def save(self, out_dir: str) -> str:
         """Write a loadable engine (artifact + the config it needs) into out_dir; return its main file."""

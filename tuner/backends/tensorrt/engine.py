@@ -2,8 +2,8 @@
 
 Inputs and outputs stay resident on the device. `timed_call` stages the inputs once; each call is one
 enqueue (execute_async_v3, or a launch of the CUDA graph captured from it) between two CUDA events on
-the engine's stream, and waits for the end event. The GPU time of every call is kept in `gpu_ms`, so
-the tuner can use device time instead of the wall clock around the call.
+the engine's stream, waits for the end event and returns the events' time, which the tuner records
+instead of the wall clock around the call (tuner.measure.latency).
 """
 from __future__ import annotations
 
@@ -66,7 +66,6 @@ class TrtEngine:
         self.stream = cuda.stream()
         self.tensors = self._io_tensors()
         self.graph: Graph | None = None
-        self.gpu_ms: list[float] = []
 
     def _io_tensors(self) -> list[IOTensor]:
         out = []
@@ -126,19 +125,20 @@ class TrtEngine:
         self.cuda.synchronize(self.stream)
         return {t.name: to_float32(t.host.copy(), t.dtype_name) for t in outs}
 
-    def timed_call(self, batch: dict[str, np.ndarray], warmup: int = 3) -> Callable[[], None]:
-        """Inputs staged once, a few warm-up runs; then each call = events around one enqueue, synced."""
+    def timed_call(self, batch: dict[str, np.ndarray], warmup: int = 3) -> Callable[[], float]:
+        """Inputs staged once, a few warm-up runs; then each call = CUDA events around one enqueue on the
+        engine's stream, synchronised; it returns the events' time in ms, which the tuner records."""
         self._prepare(batch)
         for _ in range(warmup):
             self._launch()
         self.cuda.synchronize(self.stream)
         events = self.cuda.event_pair()
 
-        def call() -> None:
+        def call() -> float:
             events.start(self.stream)
             self._launch()
             events.stop(self.stream)
-            self.gpu_ms.append(events.elapsed_ms())
+            return events.elapsed_ms()  # waits for the stop event
 
         return call
 
