@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="study-wide budget, stored in the study: every `tuner worker` stops once N trials finished")
     p.add_argument("--timeout", type=parse_duration, help="stop starting trials after this long, e.g. 2h, 30m")
     p.add_argument("--objectives", help="latency,error (default: a Pareto front) or latency")
-    p.add_argument("--sampler", help="tpe (default), nsga2, gp, random or grid")
+    p.add_argument("--sampler", help="tpe (default), nsga2, gp, random, grid, or TensorRT's tuning strategies for any "
+                                     "backend: fast (the defaults, then one knob changed at a time), full (every "
+                                     "combination) or mixed (fast, then full over the knobs that helped)")
     p.add_argument("--seed", type=int, help="sampler seed")
     p.add_argument("--enqueue", action="append", help="a known config to try early, e.g. precision=int8-dynamic,dyn_per_channel=true (repeatable)")
     p.add_argument("--force", action="store_true", help="accept changed settings (model, space, data, requirement) for an existing study")
@@ -122,8 +124,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_study_args(p)
     p.add_argument("--out", default="report.html", help="output HTML file (default report.html)")
     p.set_defaults(run="cmd_report")
+    _add_routes_parser(sub)
     _add_cluster_parsers(sub)
     return ap
+
+
+def _add_routes_parser(sub) -> None:
+    p = sub.add_parser(
+        "routes", help="print TensorRT's build-route knob database (11.1+), like trtexec --helpBuildRoute",
+        description="Print the Global Performance Tuner's knob database of the installed TensorRT "
+                    "(IBuilderConfig.all_build_routes, TensorRT 11.1+; needs the GPU), or of a saved JSON file: "
+                    "as a table, as JSON, as space-file lines, or checked against a space file's route/ parameters.")
+    p.add_argument("model", nargs="?", help="the model (optional: the database belongs to the installed TensorRT "
+                                            "and GPU, and is the same for every model)")
+    p.add_argument("--knob", help="one knob, with or without its leading dash")
+    p.add_argument("--json", action="store_true", help="print the JSON as IBuilderConfig.all_build_routes returns it")
+    p.add_argument("--yaml", nargs="*", metavar="KNOB", help="space-file parameters for these knobs (all if none named)")
+    p.add_argument("--space", help="check a space file's route/ parameters against the database")
+    p.add_argument("--from-file", metavar="JSON", help="read a saved database (tuner routes --json > FILE) instead of TensorRT")
+    p.set_defaults(run="cmd_routes")
 
 
 def _add_cluster_parsers(sub) -> None:

@@ -43,12 +43,13 @@ def ensure_reference(problem: Problem) -> list:
 
 
 def build(problem: Problem, config: dict, workdir: str, on_phase: Phase = _no_phase,
-          side_by_side: bool = False) -> tuple[Engine, Backend, float]:
-    """Build and load the engine of `config` into workdir; returns (engine, its backend, build seconds)."""
+          side_by_side: bool = False, study: str = "") -> tuple[Engine, Backend, float]:
+    """Build and load the engine of `config` into workdir; returns (engine, its backend, build seconds).
+    study: the study whose trials share the backend's compile caches ("" outside a study)."""
     backend = backend_of(problem, config)
     os.makedirs(workdir, exist_ok=True)
     ctx = BuildContext(workdir, problem.shapes, problem.calib, problem.calib_key, cache.cache_dir(), on_phase,
-                       side_by_side)
+                       side_by_side, study)
     t0 = time.perf_counter()
     engine = backend.build(problem.model, config, ctx)
     return engine, backend, time.perf_counter() - t0
@@ -69,10 +70,10 @@ def _dir_bytes(path: str) -> int:
 
 
 def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProtocol | None = None,
-            on_phase: Phase = _no_phase) -> TrialRecord:
+            on_phase: Phase = _no_phase, study: str = "") -> TrialRecord:
     """Build the candidate into out_dir, check its accuracy, then time it holding its device's lock,
     so no two candidates are ever timed at once; the record keeps the wall-clock timing window."""
-    engine, backend, build_s = build(problem, config, out_dir, on_phase)
+    engine, backend, build_s = build(problem, config, out_dir, on_phase, study=study)
     try:
         on_phase("accuracy check")
         metrics, per_output = check_accuracy(problem, engine)
@@ -85,9 +86,14 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
             window_end = time.time()
     finally:
         engine.close()
+    feasible = problem.requirement.holds(metrics)
+    told = getattr(backend, "measured", None)  # optional: a backend that learns from its timed engines
+    if told is not None:
+        told(problem.model, BuildContext(out_dir, problem.shapes, cache_dir=cache.cache_dir(), study=study),
+             latency.median_ms, feasible)
     return TrialRecord(
         config=config, latency=latency.to_dict(), metrics=metrics, per_output=per_output,
-        violations=problem.requirement.violations(metrics), feasible=problem.requirement.holds(metrics),
+        violations=problem.requirement.violations(metrics), feasible=feasible,
         build_s=build_s, engine_bytes=_dir_bytes(out_dir), backend=f"{backend.name}-{backend.versions()[backend.name]}",
         engine_dir=os.path.abspath(out_dir), timing_window=[window_start, window_end])
 
@@ -107,18 +113,19 @@ def _problem(spec: dict, cache_dir: str) -> Problem:
 
 
 def measure_job(spec: dict, cache_dir: str, config: dict, out_dir: str, protocol: dict | None,
-                on_phase: Phase = _no_phase) -> dict:
+                on_phase: Phase = _no_phase, study: str = "") -> dict:
     on_phase("loading the model and reference")
     problem = _problem(spec, cache_dir)
-    return measure(problem, config, out_dir, LatencyProtocol(**protocol) if protocol else None, on_phase).to_dict()
+    return measure(problem, config, out_dir, LatencyProtocol(**protocol) if protocol else None, on_phase,
+                   study).to_dict()
 
 
 @contextlib.contextmanager
-def _checked_engine(problem: Problem, config: dict, on_phase: Phase):
+def _checked_engine(problem: Problem, config: dict, on_phase: Phase, study: str = ""):
     """Build `config` in a temporary folder and check its accuracy: yields (engine, backend, metrics,
     per_output); the engine is closed and its folder removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="tuner-job-") as work:
-        engine, backend, _ = build(problem, config, work, on_phase)
+        engine, backend, _ = build(problem, config, work, on_phase, study=study)
         try:
             on_phase("accuracy check")
             yield (engine, backend, *check_accuracy(problem, engine))
@@ -126,11 +133,12 @@ def _checked_engine(problem: Problem, config: dict, on_phase: Phase):
             engine.close()
 
 
-def accuracy_job(spec: dict, cache_dir: str, config: dict, protocol: dict | None, on_phase: Phase = _no_phase) -> dict:
+def accuracy_job(spec: dict, cache_dir: str, config: dict, protocol: dict | None, on_phase: Phase = _no_phase,
+                 study: str = "") -> dict:
     """Error metrics of one build (sensitivity), and with a protocol its latency (untimed by others:
     a quick figure for the ranking, not a trial's measurement)."""
     problem = _problem(spec, cache_dir)
-    with _checked_engine(problem, config, on_phase) as (engine, backend, metrics, _):
+    with _checked_engine(problem, config, on_phase, study) as (engine, backend, metrics, _):
         out: dict[str, Any] = {"metrics": metrics, "feasible": problem.requirement.holds(metrics)}
         if protocol:
             on_phase("timing")
@@ -140,7 +148,8 @@ def accuracy_job(spec: dict, cache_dir: str, config: dict, protocol: dict | None
     return out
 
 
-def node_times_job(spec: dict, cache_dir: str, backend: str, on_phase: Phase = _no_phase) -> dict[str, float]:
+def node_times_job(spec: dict, cache_dir: str, backend: str, on_phase: Phase = _no_phase,
+                   study: str = "") -> dict[str, float]:
     """Each node's share of the fp32 run time, from the backend's profiler; {} where it has none."""
     problem = _problem(spec, cache_dir)
     profiler = getattr(get_backend(backend), "node_times", None)
@@ -151,7 +160,8 @@ def node_times_job(spec: dict, cache_dir: str, backend: str, on_phase: Phase = _
         return profiler(problem.model, problem.batches[:1], work)
 
 
-def confirm_job(spec: dict, cache_dir: str, configs: list[dict], rounds: int, on_phase: Phase = _no_phase) -> list[dict]:
+def confirm_job(spec: dict, cache_dir: str, configs: list[dict], rounds: int, on_phase: Phase = _no_phase,
+                study: str = "") -> list[dict]:
     """Rebuild every config, check its accuracy again and time them all side by side (selection).
     A config that fails to build is reported with its reason; the others are still compared."""
     problem = _problem(spec, cache_dir)
@@ -162,7 +172,8 @@ def confirm_job(spec: dict, cache_dir: str, configs: list[dict], rounds: int, on
         try:
             for i, config in enumerate(configs):
                 try:
-                    engine, backend, _ = build(problem, config, os.path.join(work, str(i)), on_phase, side_by_side=True)
+                    engine, backend, _ = build(problem, config, os.path.join(work, str(i)), on_phase, side_by_side=True,
+                                               study=study)
                 except Exception as exc:  # noqa: BLE001  one finalist failing is a result, not the end
                     results.append({"error": f"{type(exc).__name__}: {exc}"})
                     continue
@@ -184,10 +195,11 @@ def confirm_job(spec: dict, cache_dir: str, configs: list[dict], rounds: int, on
     return results
 
 
-def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase: Phase = _no_phase) -> dict:
+def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase: Phase = _no_phase,
+               study: str = "") -> dict:
     """Rebuild `config`, check its accuracy and save the engine into out_dir."""
     problem = _problem(spec, cache_dir)
-    with _checked_engine(problem, config, on_phase) as (engine, backend, metrics, per_output):
+    with _checked_engine(problem, config, on_phase, study) as (engine, backend, metrics, per_output):
         on_phase("saving")
         path = engine.save(out_dir)
     return {"metrics": metrics, "per_output": per_output, "engine": path, "backend": backend.name,
@@ -197,17 +209,20 @@ def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase:
 class Evaluator:
     """The parent's handle on the jobs of one problem: each runs in an isolated child, and a crash,
     hang or error raises TrialFailure with the reason. persistent=True keeps one child (and the
-    loaded problem) across jobs, for the many small builds of a sensitivity analysis."""
+    loaded problem) across jobs, for the many small builds of a sensitivity analysis. study: the study
+    whose trials share the backends' compile caches (TensorRT's timing cache), "" outside a study."""
 
     def __init__(self, spec: ProblemSpec | dict, timeout_s: float = 600.0, protocol: LatencyProtocol | None = None,
-                 persistent: bool = False):
+                 persistent: bool = False, study: str = ""):
         self.spec = asdict(spec) if isinstance(spec, ProblemSpec) else dict(spec)
+        self.study = study
         self.timeout_s = timeout_s
         self.protocol = protocol
         self._runner = IsolatedRunner(persistent)
 
     def _call(self, fn: Callable, **kwargs) -> Any:
-        return self._runner.call(fn, {"spec": self.spec, "cache_dir": cache.cache_dir(), **kwargs}, self.timeout_s)
+        return self._runner.call(fn, {"spec": self.spec, "cache_dir": cache.cache_dir(), "study": self.study, **kwargs},
+                                 self.timeout_s)
 
     def measure(self, config: dict, out_dir: str) -> TrialRecord:
         rec = self._call(measure_job, config=config, out_dir=out_dir,

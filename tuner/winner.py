@@ -56,7 +56,7 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
     if base is not None and is_feasible(base) and base not in cands:
         cands.append(base)
     entries = cands + ([base] if base is not None and base not in cands else [])
-    with Evaluator(problem.spec, timeout_s) as evaluator:
+    with Evaluator(problem.spec, timeout_s, study=study.study_name) as evaluator:
         results = evaluator.confirm([t.user_attrs[CONFIG] for t in entries], rounds=rounds)
     built = [(t, r) for t, r in zip(entries, results) if "error" not in r]
     stats = {t.number: summarize(r["samples"], converged=True).to_dict() for t, r in built}
@@ -105,7 +105,7 @@ def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effo
             raise UserError(f"study {study.study_name!r} has no completed trial to export")
     engine_dir = os.path.join(out_dir, "engine")
     shutil.rmtree(engine_dir, ignore_errors=True)
-    with Evaluator(problem.spec, timeout_s) as evaluator:
+    with Evaluator(problem.spec, timeout_s, study=study.study_name) as evaluator:
         built = evaluator.export(chosen["config"], engine_dir)
     metrics, per_output = built["metrics"], built["per_output"]
     stored = chosen.get("confirmed_metrics") or chosen.get("metrics") or {}

@@ -1,5 +1,6 @@
 """What every backend promises (tuner/backends/base.py), checked for each registered backend whose
-library imports here; the others skip with the reason. Real builds on the planted demo model."""
+library imports here and whose device is present; the others (tensorrt, onnxruntime-gpu without their
+library, a GPU or the provider) skip with the reason. Real builds on the planted demo model."""
 import os
 
 import numpy as np
@@ -14,10 +15,12 @@ PLANTED = [f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv"]  # outlier 
 
 
 def _backend_or_skip(name):
+    """The backend, or a skip that says why it cannot run here (no library, no GPU, provider missing)."""
     try:
         return get_backend(name)
     except UserError as exc:
-        pytest.skip(f"backend {name}: {exc}")
+        reason = str(exc)
+        pytest.skip(reason if reason.startswith(f"backend {name}") else f"backend {name}: {reason}")
 
 
 @pytest.fixture(scope="module")

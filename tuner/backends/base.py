@@ -35,6 +35,8 @@ class BuildContext:
     # The engine will be timed alternately with other live engines in one process (selection):
     # a backend whose idle engines keep threads spinning must stop them after each run.
     side_by_side: bool = False
+    # The study whose trials share compile caches (TensorRT's timing cache); "" outside a study.
+    study: str = ""
 
 
 @runtime_checkable
@@ -44,8 +46,9 @@ class Engine(Protocol):
     def run(self, batch: Batch) -> Outputs:
         """One inference; float outputs come back as float32, so every engine compares to one reference."""
 
-    def timed_call(self, batch: Batch) -> Callable[[], None]:
-        """Stage the inputs once; each call of the result is one synchronised inference."""
+    def timed_call(self, batch: Batch) -> Callable[[], float | None]:
+        """Stage the inputs once; each call of the result is one synchronised inference. A call that
+        returns a float gives its own time in ms (a GPU's CUDA events); None: the wall clock times it."""
 
     def save(self, out_dir: str) -> str:
         """Write a loadable engine (artifact + the config it needs) into out_dir; return its main file."""
@@ -85,11 +88,15 @@ class Backend(Protocol):
 
 # Optional: `node_times(model, batches, workdir) -> {node name: share of the run time}` for the
 # sensitivity profile; backends without a per-node profiler leave it out.
+# Optional: `measured(model, ctx, median_ms, feasible)`, told after an engine in ctx.workdir was timed
+# (tuner.evaluate.measure); TensorRT keeps the fastest feasible engine's tactics for later trials.
 
 
 # name -> (module, class, the pip extra or package that brings its library)
 _REGISTRY: dict[str, tuple[str, str, str]] = {
     "onnxruntime": ("tuner.backends.onnxruntime", "OnnxRuntimeBackend", "onnxruntime"),
+    "onnxruntime-gpu": ("tuner.backends.onnxruntime_gpu", "OnnxRuntimeGpuBackend", "onnxruntime-gpu"),
+    "tensorrt": ("tuner.backends.tensorrt", "TensorRTBackend", "engine-tuner[tensorrt]"),
 }
 
 

@@ -67,6 +67,15 @@ def is_converged(samples_ms: list[float], protocol: LatencyProtocol) -> bool:
     return med > 0 and (hi - med) <= protocol.rel_ci * med and (med - lo) <= protocol.rel_ci * med
 
 
+def _sample_ms(call: Callable[[], object]) -> float:
+    """One synchronised call's time: the one it reports itself when it returns a float (a GPU engine's
+    CUDA-event time around its enqueue, as trtexec reports), else the wall clock around it."""
+    t0 = time.perf_counter()
+    own = call()
+    wall = (time.perf_counter() - t0) * 1e3
+    return own if isinstance(own, float) else wall
+
+
 def measure_latency(run: Callable[[], object], protocol: LatencyProtocol | None = None) -> LatencyStats:
     """Time `run()` (one inference on a fixed batch). Session creation happens before, untimed."""
     protocol = protocol or LatencyProtocol()
@@ -76,9 +85,7 @@ def measure_latency(run: Callable[[], object], protocol: LatencyProtocol | None 
     start = time.perf_counter()
     converged = False
     while len(samples) < protocol.max_runs:
-        t0 = time.perf_counter()
-        run()
-        samples.append((time.perf_counter() - t0) * 1e3)
+        samples.append(_sample_ms(run))
         if is_converged(samples, protocol):
             converged = True
             break
@@ -101,9 +108,7 @@ def time_side_by_side(calls: list[Callable[[], object]], rounds: int = 30, per_r
         for i, call in enumerate(calls):
             call()
             for _ in range(per_round):
-                t0 = time.perf_counter()
-                call()
-                samples[i].append((time.perf_counter() - t0) * 1e3)
+                samples[i].append(_sample_ms(call))
         if r >= 2 and time.perf_counter() - start > max_seconds:
             break
     return samples

@@ -76,7 +76,7 @@ class StopAfterNoImprovement:
 def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: list, claims=None) -> None:
     """One trial per optimize call, each claimed from the budget first (heartbeats need optimize),
     then from the study-wide budget under a database lock (run.claims.TrialClaims)."""
-    evaluator = Evaluator(ctx.settings["spec"], opts.trial_timeout, opts.protocol)
+    evaluator = Evaluator(ctx.settings["spec"], opts.trial_timeout, opts.protocol, study=ctx.study.study_name)
     objective = Objective(ctx, evaluator, engines_dir(ctx.study.study_name, ctx.url, opts.engines_dir), opts.keep_engines)
     claims = claims or TrialClaims(ctx, budget)
     exhausted = getattr(ctx.study.sampler, "is_exhausted", None)  # the grid sampler's end

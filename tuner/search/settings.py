@@ -15,7 +15,7 @@ from ..space import DEFAULT_SPACE
 
 SETTINGS_ATTR = "tuner_settings"
 OBJECTIVES = {"latency,error": ("latency", "error"), "latency": ("latency",)}
-SAMPLERS = ("tpe", "nsga2", "gp", "random", "grid")
+SAMPLERS = ("tpe", "nsga2", "gp", "random", "grid", "fast", "full", "mixed")  # the last three: tuner.search.plan_samplers
 SPEC_FIELDS = ("space_path", "data", "calib_data", "shapes", "int_ranges", "require")
 
 

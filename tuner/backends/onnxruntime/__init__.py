@@ -2,8 +2,6 @@
 engine = the rewritten model file + session_options.json."""
 from __future__ import annotations
 
-import glob
-import json
 import os
 import platform
 import shutil
@@ -15,7 +13,7 @@ from ...model import ModelFile
 from ..base import Batch, BuildContext, Outputs
 from .profile import node_time_shares
 from .quantize import QUANTIZING_ROUTES, ROUTE_DEFAULTS, ROUTES, apply_precision
-from .session import (DISABLE_PREFIX, SESSION_KEYS, SETTINGS_FILE, adapt_feed, make_session, run_float32, session_settings,
+from .session import (DISABLE_PREFIX, SESSION_KEYS, adapt_feed, make_session, read_engine_dir, run_float32, session_settings,
                       write_settings)
 
 
@@ -92,12 +90,8 @@ class OnnxRuntimeBackend:
         return OrtEngine(session, model_path, settings)
 
     def load(self, engine_dir: str) -> OrtEngine:
-        models = sorted(glob.glob(os.path.join(engine_dir, "*.onnx")))
-        if len(models) != 1 or not os.path.isfile(os.path.join(engine_dir, SETTINGS_FILE)):
-            raise ValueError(f"{engine_dir}: not an onnxruntime engine (one .onnx file and {SETTINGS_FILE} expected)")
-        with open(os.path.join(engine_dir, SETTINGS_FILE)) as f:
-            settings = json.load(f)
-        return OrtEngine(make_session(models[0], settings), models[0], settings)
+        model_path, settings = read_engine_dir(engine_dir, self.name)
+        return OrtEngine(make_session(model_path, settings), model_path, settings)
 
     def usage(self, engine_dir: str) -> str:
         return USAGE.format(dir=engine_dir)

@@ -32,7 +32,7 @@ def _qtype(name: str):
     return getattr(QuantType, name)
 
 
-class _Reader:
+class BatchReader:
     """CalibrationDataReader over a list of batches."""
 
     def __init__(self, batches: list[Batch]):
@@ -43,7 +43,7 @@ class _Reader:
 
 
 @contextlib.contextmanager
-def _quiet_tools():
+def quiet_tools():
     """ORT's quantizers print calibration progress and warn through the root logger; keep the CLI readable."""
     root = logging.getLogger()
     level = root.level
@@ -59,7 +59,7 @@ def apply_precision(
     model: onnx.ModelProto, config: dict[str, Any], workdir: str, calib: list[Batch], cache_dir: str, calib_key: str
 ) -> str:
     """Write the transformed model under workdir and return its path."""
-    with _quiet_tools():
+    with quiet_tools():
         return _apply(model, config, workdir, calib, cache_dir, calib_key)
 
 
@@ -93,7 +93,7 @@ def _apply(model, config, workdir, calib, cache_dir, calib_key) -> str:
         method = config["calibration_method"]
         # Tensor ranges depend only on the model, calibration data and method: computed once, reused.
         cache = os.path.join(cache_dir, f"calib-{calib_key}-{method}.json")
-        quantize_static(src, out, _Reader(calib) if not os.path.isfile(cache) else None, quant_format=QuantFormat.QDQ,
+        quantize_static(src, out, BatchReader(calib) if not os.path.isfile(cache) else None, quant_format=QuantFormat.QDQ,
                         per_channel=config["static_per_channel"], activation_type=_qtype(config["activation_type"]),
                         weight_type=_qtype(config["weight_type"]), nodes_to_exclude=exclude,
                         calibrate_method=getattr(CalibrationMethod, method), calibration_cache_path=cache)

@@ -1,6 +1,7 @@
 """ONNX Runtime session options from a config, sessions, and running them with float32 outputs."""
 from __future__ import annotations
 
+import glob
 import json
 import os
 from typing import Any
@@ -68,3 +69,12 @@ def write_settings(out_dir: str, settings: dict[str, Any]) -> str:
     with open(path, "w") as f:
         json.dump(settings, f, indent=2, sort_keys=True)
     return path
+
+
+def read_engine_dir(engine_dir: str, backend: str) -> tuple[str, dict[str, Any]]:
+    """(model path, settings) of an engine folder that write_settings and OrtEngine.save wrote."""
+    models = sorted(glob.glob(os.path.join(engine_dir, "*.onnx")))
+    if len(models) != 1 or not os.path.isfile(os.path.join(engine_dir, SETTINGS_FILE)):
+        raise ValueError(f"{engine_dir}: not an {backend} engine (one .onnx file and {SETTINGS_FILE} expected)")
+    with open(os.path.join(engine_dir, SETTINGS_FILE)) as f:
+        return models[0], json.load(f)

@@ -1,0 +1,46 @@
+"""One worker process of test_plan_samplers: joins the study and runs its plan sampler until exhausted.
+
+argv: storage kind (optuna|tuner), SQLite path, strategy, start time (epoch seconds: all workers
+begin together), objective sleep in seconds.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: plan_spaces
+
+import optuna  # noqa: E402
+
+from plan_spaces import parallel_params, space_of, synthetic_objective  # noqa: E402
+from tuner.search.plan_samplers import make_plan_sampler  # noqa: E402
+from tuner.storage import open_storage  # noqa: E402
+
+
+def storage(kind: str, path: str) -> optuna.storages.BaseStorage:
+    """Optuna's SQLite storage as it comes (60 s busy timeout), or the tuner's (WAL, BEGIN IMMEDIATE)."""
+    if kind == "tuner":
+        return open_storage(f"sqlite:///{path}")
+    return optuna.storages.RDBStorage(f"sqlite:///{path}", engine_kwargs={"connect_args": {"timeout": 60}})
+
+
+def main() -> None:
+    kind, path, strategy, start, sleep_s = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    params = parallel_params(strategy)
+    sampler = make_plan_sampler(strategy, params, defaults={"keep_float/top_k": 3})
+    study = optuna.load_study(study_name="p", storage=storage(kind, path), sampler=sampler)
+    time.sleep(max(0.0, start - time.time()))
+    objective = synthetic_objective(space_of(params), sleep_s)
+
+    def tagged(trial: optuna.Trial) -> float:
+        trial.set_user_attr("pid", os.getpid())
+        return objective(trial)
+
+    study.optimize(tagged, n_trials=1000)
+    print(f"contested={sampler.contested}")
+
+
+if __name__ == "__main__":
+    main()
