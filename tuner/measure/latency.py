@@ -86,24 +86,3 @@ def measure_latency(run: Callable[[], object], protocol: LatencyProtocol | None 
             break
     return summarize(samples, converged)
 
-
-def time_side_by_side(calls: list[Callable[[], object]], rounds: int = 30, per_round: int = 3, warmup: int = 3,
-                      max_seconds: float = 60.0) -> list[list[float]]:
-    """Samples (ms) per engine, taken round-robin in short blocks, so drift on a shared machine hits
-    all alike. Each block starts with one untimed run: it refills the caches the previous engine
-    evicted. Build the engines with side_by_side=True (BuildContext), or idle ones slow the timed one."""
-    for call in calls:
-        for _ in range(warmup):
-            call()
-    samples: list[list[float]] = [[] for _ in calls]
-    start = time.perf_counter()
-    for r in range(rounds):
-        for i, call in enumerate(calls):
-            call()
-            for _ in range(per_round):
-                t0 = time.perf_counter()
-                call()
-                samples[i].append((time.perf_counter() - t0) * 1e3)
-        if r >= 2 and time.perf_counter() - start > max_seconds:
-            break
-    return samples
