@@ -94,8 +94,8 @@ def interleaved(study: optuna.Study, configs: dict[str, dict], work: str) -> dic
             engines.append(cfg)
         index_of[label] = distinct[key]
     with Evaluator(problem.spec, timeout_s=3600) as evaluator:
-        results = evaluator.confirm(engines, rounds=20)
-    medians = [statistics.median(r["samples"]) if "samples" in r else float("nan") for r in results]
+        results = evaluator.confirm(engines, baseline=0, rounds=20)["results"]
+    medians = [r["latency"]["median_ms"] if "latency" in r else float("nan") for r in results]
     return {label: medians[i] for label, i in index_of.items()}
 
 

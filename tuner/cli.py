@@ -82,6 +82,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=3, help="candidates re-timed side by side to pick the winner (default 3)")
     p.add_argument("--no-select", action="store_true", help="skip the winner selection at the end")
     p.add_argument("--max-timing-s", type=float, help="cap on one candidate's timing, seconds (default 10)")
+    p.add_argument("--timing", choices=["paired", "alone"],
+                   help="paired: time each candidate alternately with the baseline and rank by the ratio (default on "
+                        "CPU backends; stored in the study); alone: time each candidate by itself")
+    p.add_argument("--when-busy", choices=["warn", "wait"], default="warn",
+                   help="when other processes keep the machine busy: warn (default: mark the trial) or wait for quiet")
+    p.add_argument("--warm-start", metavar="OTHER[@URL]",
+                   help="a new study begins with another study's best configs, winner first, re-measured here, and "
+                        "reuses its sensitivity ranking when the model and data are the same (default: none)")
+    p.add_argument("--sensitivity-budget", type=int, default=150, metavar="BUILDS",
+                   help="cap on the builds of the per-layer sensitivity analysis (default 150; 0: no cap): above it, "
+                        "layer groups are ranked first, then the layers inside the groups that matter")
     p.add_argument("--keep-engines", action="store_true", help="keep every trial's engine on disk (default: none kept; export rebuilds)")
     p.add_argument("--engines-dir", help="where trial engines are built (default next to the study database)")
     p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial")
@@ -94,7 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_study_args(p)
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--best-effort", action="store_true", help="with no feasible trial, export the closest candidate")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip the closing check (tuner verify: the exported engine against the defaults in a fresh process)")
     p.set_defaults(run="cmd_export")
+    p = sub.add_parser("verify", help="re-time the winner against the backend's defaults in a fresh process, as a user "
+                                      "checking the claim would, and print both figures")
+    _add_study_args(p)
+    p.add_argument("--engine", metavar="DIR", help="the folder `tuner export --out` wrote (default: rebuild the winner)")
+    p.set_defaults(run="cmd_verify")
     p = sub.add_parser("status", help="trials by state, best feasible, winner, Pareto set, disk use")
     _add_study_args(p)
     p.set_defaults(run="cmd_status")
@@ -112,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", help="route option, e.g. dyn_per_channel=true (repeatable)")
     p.add_argument("--groups", metavar="PATTERN", help="rank groups of nodes by a regex with one capture group, e.g. '^(block\\d+)/'")
     p.add_argument("--greedy", action="store_true", help="also run the greedy pass: the smallest float set that meets --require")
+    p.add_argument("--budget", type=int, default=0, metavar="BUILDS",
+                   help="cap on the analysis's builds (default 0: no cap): groups first, then layers inside the top groups")
     p.add_argument("--limit", type=int, default=30, help="rows to print (default 30; the files have all)")
     p.add_argument("--out", metavar="PREFIX", help="write PREFIX.csv and PREFIX.json (default sensitivity-MODEL)")
     p.add_argument("--html", action="store_true", help="also write PREFIX.html, a bar chart of the ranking")
@@ -159,6 +179,8 @@ def _add_cluster_parsers(sub) -> None:
                    help="join although this machine differs from the study's (it gets its own baseline)")
     p.add_argument("--trial-timeout", type=parse_duration, default=600.0, help="time limit of one trial (default 600 s)")
     p.add_argument("--max-timing-s", type=float, help="cap on one candidate's timing (default: the study's)")
+    p.add_argument("--when-busy", choices=["warn", "wait"], default="warn",
+                   help="when other processes keep the machine busy: warn (default: mark the trial) or wait for quiet")
     p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial")
     p.set_defaults(run="cmd_worker")
     p = sub.add_parser("migrate", help="copy studies between storages, e.g. a SQLite file to PostgreSQL")

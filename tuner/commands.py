@@ -26,7 +26,7 @@ from .backends.tensorrt.routes import check_space_routes, format_json, format_ta
 from .sensitivity import analyze, greedy_float_set, quantizing_override, write_table
 from .space import layer_candidates, load_space, parse_set
 from .storage import default_url, load_study, local_storage_urls, migrate, open_for_reading
-from .winner import export_winner, select_winner
+from .winner import export_winner, select_winner, verify_lines, verify_winner
 
 
 def cmd_demo_model(args) -> int:
@@ -86,7 +86,8 @@ def _tune_options(args) -> TuneOptions:
         timeout=args.timeout, enqueue=args.enqueue or [], force=args.force, trial_timeout=args.trial_timeout, jobs=args.jobs,
         stop_after_no_improvement=args.stop_after_no_improvement, top_k=args.top_k, select=not args.no_select,
         quiet=args.quiet, keep_engines=args.keep_engines, engines_dir=args.engines_dir,
-        protocol=LatencyProtocol(max_seconds=args.max_timing_s) if args.max_timing_s else None)
+        protocol=LatencyProtocol(max_seconds=args.max_timing_s) if args.max_timing_s else None, timing=args.timing,
+        when_busy=args.when_busy, sensitivity_budget=args.sensitivity_budget, warm_start=args.warm_start)
 
 
 def cmd_tune(args) -> int:
@@ -119,6 +120,35 @@ def cmd_export(args) -> int:
           f"requirement {rep['requirement'] or 'none'} {'holds' if rep['meets_requirement'] else 'is NOT met'} on the rebuilt engine")
     if not rep["rebuilt_matches_stored"]:
         print("warning: the rebuilt engine's error differs from the stored one by more than 5%", file=sys.stderr)
+    if rep["kind"] == "winner" and not args.no_verify:
+        result = _verify(study, os.path.join(args.out, "engine"), rep["backend"])
+        rep["verify"] = result
+        with open(os.path.join(args.out, "report.json"), "w") as f:
+            json.dump(rep, f, indent=2, default=str)
+    return 0
+
+
+def _verify(study, engine_dir: str | None, backend: str | None) -> dict:
+    try:
+        result = verify_winner(study, study_problem(study), engine_dir, backend)
+    except TrialFailure as exc:
+        raise UserError(f"verifying the winner failed: {exc}") from None
+    for line in verify_lines(result):
+        print(line)
+    return result
+
+
+def cmd_verify(args) -> int:
+    study = load_study(args.study, args.storage or default_url(args.study))
+    engine_dir, backend = None, None
+    if args.engine:
+        report = os.path.join(args.engine, "report.json")
+        if not os.path.isfile(report):
+            raise UserError(f"--engine {args.engine}: no report.json there; give the folder `tuner export --out` wrote")
+        with open(report) as f:
+            backend = json.load(f).get("backend", "onnxruntime")
+        engine_dir = os.path.join(args.engine, "engine")
+    _verify(study, engine_dir, backend)
     return 0
 
 
@@ -165,7 +195,7 @@ def cmd_sensitivity(args) -> int:
     route = {"precision": args.route} | parse_set(args.set, problem.space)
     progress = (lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True)) if sys.stderr.isatty() else (lambda m: None)
     evaluator = Evaluator(problem.spec, persistent=True)
-    table = analyze(problem, route, override, evaluator, progress)
+    table = analyze(problem, route, override, evaluator, progress, args.budget or None)
     print(f"\rsensitivity of {args.route} ({table['metric']}), {len(table['entries'])} candidates, "
           f"everything quantized: {table['error_all_quantized']:.4g}{' (cached)' if table['cached'] else ''}")
     print(f"{'rank':>4s}  {'candidate':40s} {'only it quantized':>17s} {'all but it':>11s} {'fp32 share':>10s} {'gain ms':>8s}")
@@ -189,7 +219,8 @@ def cmd_sensitivity(args) -> int:
 def cmd_worker(args) -> int:
     rep = run_worker(args.storage, args.study, args.n_trials, args.timeout, args.model, args.data, args.space,
                      args.calib_data, args.allow_other_machine, args.trial_timeout,
-                     LatencyProtocol(max_seconds=args.max_timing_s) if args.max_timing_s else None, args.quiet)
+                     LatencyProtocol(max_seconds=args.max_timing_s) if args.max_timing_s else None, args.quiet,
+                     when_busy=args.when_busy)
     budget = f" of the study's budget {rep['max_trials']}" if rep["max_trials"] else ""
     print(f"worker {worker_name()} (machine {rep['machine']}{', not the study machine' if rep['other_machine'] else ''}): "
           f"{rep['ran']} trials run; study: {rep['finished']} finished{budget}, {rep['running']} running")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import asdict
@@ -19,7 +20,9 @@ from .backends.base import Backend, BuildContext, Engine, get_backend
 from .isolate import IsolatedRunner
 from .locks import default_lock_path, device_lock
 from .measure.accuracy import compute_metrics, load_user_metric
-from .measure.latency import LatencyProtocol, measure_latency, time_side_by_side
+from .measure.latency import LatencyProtocol, measure_latency
+from .measure.load import LoadMeter, wait_until_quiet
+from .measure.paired import measure_paired, relative_to, time_blocks
 from .problem import Problem, ProblemSpec
 from .record import TrialRecord
 from .reference import reference_outputs
@@ -70,22 +73,40 @@ def _dir_bytes(path: str) -> int:
 
 
 def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProtocol | None = None,
-            on_phase: Phase = _no_phase, study: str = "") -> TrialRecord:
+            on_phase: Phase = _no_phase, baseline: dict | None = None, when_busy: str = "warn",
+            study: str = "") -> TrialRecord:
     """Build the candidate into out_dir, check its accuracy, then time it holding its device's lock,
-    so no two candidates are ever timed at once; the record keeps the wall-clock timing window."""
+    so no two candidates are ever timed at once. With a baseline config, the baseline engine is built
+    too and both are timed alternately (paired timing): the record then holds the candidate's latency
+    relative to the baseline's in the same window. The record keeps the window and the machine's load."""
     engine, backend, build_s = build(problem, config, out_dir, on_phase, study=study)
+    base_engine, base_dir = None, None
     try:
         on_phase("accuracy check")
         metrics, per_output = check_accuracy(problem, engine)
         call = engine.timed_call(problem.batches[0])
+        if baseline is not None:
+            base_dir = tempfile.mkdtemp(prefix="tuner-baseline-")
+            base_engine, _, _ = build(problem, baseline, base_dir, lambda p: on_phase(f"baseline {p}"), study=study)
         on_phase("waiting for the timing lock")
         with device_lock(default_lock_path(backend.device)):
+            if when_busy == "wait":
+                wait_until_quiet(on_phase)
             on_phase("timing")
             window_start = time.time()
-            latency = measure_latency(call, protocol)
+            with LoadMeter() as meter:
+                if base_engine is not None:
+                    latency, base_latency, relative = measure_paired(
+                        call, base_engine.timed_call(problem.batches[0]), protocol)
+                else:
+                    latency, base_latency, relative = measure_latency(call, protocol), None, None
             window_end = time.time()
     finally:
         engine.close()
+        if base_engine is not None:
+            base_engine.close()
+        if base_dir is not None:
+            shutil.rmtree(base_dir, ignore_errors=True)
     feasible = problem.requirement.holds(metrics)
     told = getattr(backend, "measured", None)  # optional: a backend that learns from its timed engines
     if told is not None:
@@ -95,7 +116,9 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
         config=config, latency=latency.to_dict(), metrics=metrics, per_output=per_output,
         violations=problem.requirement.violations(metrics), feasible=feasible,
         build_s=build_s, engine_bytes=_dir_bytes(out_dir), backend=f"{backend.name}-{backend.versions()[backend.name]}",
-        engine_dir=os.path.abspath(out_dir), timing_window=[window_start, window_end])
+        engine_dir=os.path.abspath(out_dir), timing_window=[window_start, window_end],
+        timing="paired" if relative is not None else "alone", relative=relative.to_dict() if relative else None,
+        baseline_latency=base_latency.to_dict() if base_latency else None, load=meter.load.to_dict())
 
 
 # ---------------------------------------------------------------- jobs: what runs in the isolated child
@@ -113,11 +136,12 @@ def _problem(spec: dict, cache_dir: str) -> Problem:
 
 
 def measure_job(spec: dict, cache_dir: str, config: dict, out_dir: str, protocol: dict | None,
-                on_phase: Phase = _no_phase, study: str = "") -> dict:
+                baseline: dict | None = None, when_busy: str = "warn", study: str = "",
+                on_phase: Phase = _no_phase) -> dict:
     on_phase("loading the model and reference")
     problem = _problem(spec, cache_dir)
-    return measure(problem, config, out_dir, LatencyProtocol(**protocol) if protocol else None, on_phase,
-                   study).to_dict()
+    return measure(problem, config, out_dir, LatencyProtocol(**protocol) if protocol else None, on_phase, baseline,
+                   when_busy, study).to_dict()
 
 
 @contextlib.contextmanager
@@ -160,10 +184,11 @@ def node_times_job(spec: dict, cache_dir: str, backend: str, on_phase: Phase = _
         return profiler(problem.model, problem.batches[:1], work)
 
 
-def confirm_job(spec: dict, cache_dir: str, configs: list[dict], rounds: int, on_phase: Phase = _no_phase,
-                study: str = "") -> list[dict]:
-    """Rebuild every config, check its accuracy again and time them all side by side (selection).
-    A config that fails to build is reported with its reason; the others are still compared."""
+def confirm_job(spec: dict, cache_dir: str, configs: list[dict], baseline: int, rounds: int,
+                on_phase: Phase = _no_phase, study: str = "") -> dict:
+    """Rebuild every config, check its accuracy again and time them all side by side in blocks with
+    configs[baseline] (selection). A config that fails to build is reported with its reason; the
+    others are still compared. Returns {"results": [per config], "load": the machine's load}."""
     problem = _problem(spec, cache_dir)
     results: list[dict] = []
     engines: list[Engine] = []
@@ -172,9 +197,10 @@ def confirm_job(spec: dict, cache_dir: str, configs: list[dict], rounds: int, on
         try:
             for i, config in enumerate(configs):
                 try:
-                    engine, backend, _ = build(problem, config, os.path.join(work, str(i)), on_phase, side_by_side=True,
-                                               study=study)
+                    engine, backend, _ = build(problem, config, os.path.join(work, str(i)), on_phase, study=study)
                 except Exception as exc:  # noqa: BLE001  one finalist failing is a result, not the end
+                    if i == baseline:
+                        raise
                     results.append({"error": f"{type(exc).__name__}: {exc}"})
                     continue
                 on_phase("accuracy check")
@@ -182,17 +208,18 @@ def confirm_job(spec: dict, cache_dir: str, configs: list[dict], rounds: int, on
                 results.append({"metrics": metrics, "feasible": problem.requirement.holds(metrics)})
                 engines.append(engine)
                 devices.add(backend.device)
+            built = [r for r in results if "error" not in r]
+            base_at = sum(1 for r in results[:baseline] if "error" not in r)  # the baseline among the built
             on_phase("timing side by side")
-            with device_lock(default_lock_path(sorted(devices)[0] if devices else "cpu")):
-                samples = time_side_by_side([e.timed_call(problem.batches[0]) for e in engines], rounds=rounds)
+            with device_lock(default_lock_path(sorted(devices)[0])), LoadMeter() as meter:
+                samples, converged = time_blocks([e.timed_call(problem.batches[0]) for e in engines],
+                                                 LatencyProtocol(max_seconds=60.0), baseline=base_at, max_rounds=rounds)
         finally:
             for e in engines:
                 e.close()
-    it = iter(samples)
-    for r in results:
-        if "error" not in r:
-            r["samples"] = next(it)
-    return results
+    for r, (stats, rel) in zip(built, relative_to(samples, base_at, converged)):
+        r["latency"], r["relative"] = stats.to_dict(), rel.to_dict()
+    return {"results": results, "load": meter.load.to_dict()}
 
 
 def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase: Phase = _no_phase,
@@ -206,6 +233,35 @@ def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase:
             "usage": backend.usage(out_dir)}
 
 
+def verify_job(spec: dict, cache_dir: str, config: dict, baseline: dict, engine_dir: str | None, backend: str | None,
+               protocol: dict | None, on_phase: Phase = _no_phase, study: str = "") -> dict:
+    """The winner against the backend's defaults, in this fresh process, timed in paired blocks as a
+    user checking the claim would: the exported engine loaded from engine_dir, or `config` rebuilt."""
+    problem = _problem(spec, cache_dir)
+    with tempfile.TemporaryDirectory(prefix="tuner-verify-") as work:
+        if engine_dir:
+            on_phase("loading the exported engine")
+            engine, used = get_backend(backend).load(engine_dir), get_backend(backend)
+        else:
+            engine, used, _ = build(problem, config, os.path.join(work, "winner"), on_phase, study=study)
+        base_engine = None
+        try:
+            on_phase("accuracy check")
+            metrics, _ = check_accuracy(problem, engine)
+            base_engine, _, _ = build(problem, baseline, os.path.join(work, "defaults"), on_phase, study=study)
+            on_phase("timing")
+            with device_lock(default_lock_path(used.device)), LoadMeter() as meter:
+                cand, base, rel = measure_paired(engine.timed_call(problem.batches[0]),
+                                                 base_engine.timed_call(problem.batches[0]),
+                                                 LatencyProtocol(**protocol) if protocol else None)
+        finally:
+            engine.close()
+            if base_engine is not None:
+                base_engine.close()
+    return {"latency": cand.to_dict(), "baseline_latency": base.to_dict(), "relative": rel.to_dict(),
+            "metrics": metrics, "feasible": problem.requirement.holds(metrics), "load": meter.load.to_dict()}
+
+
 class Evaluator:
     """The parent's handle on the jobs of one problem: each runs in an isolated child, and a crash,
     hang or error raises TrialFailure with the reason. persistent=True keeps one child (and the
@@ -213,11 +269,15 @@ class Evaluator:
     whose trials share the backends' compile caches (TensorRT's timing cache), "" outside a study."""
 
     def __init__(self, spec: ProblemSpec | dict, timeout_s: float = 600.0, protocol: LatencyProtocol | None = None,
-                 persistent: bool = False, study: str = ""):
+                 persistent: bool = False, baseline: dict | None = None, when_busy: str = "warn", study: str = ""):
+        """baseline: the config every measured candidate is timed against (paired timing); None: alone.
+        study: the study's name, for backends that keep study-wide state (TensorRT's timing cache)."""
         self.spec = asdict(spec) if isinstance(spec, ProblemSpec) else dict(spec)
         self.study = study
         self.timeout_s = timeout_s
         self.protocol = protocol
+        self.baseline = baseline
+        self.when_busy = when_busy
         self._runner = IsolatedRunner(persistent)
 
     def _call(self, fn: Callable, **kwargs) -> Any:
@@ -226,7 +286,8 @@ class Evaluator:
 
     def measure(self, config: dict, out_dir: str) -> TrialRecord:
         rec = self._call(measure_job, config=config, out_dir=out_dir,
-                         protocol=asdict(self.protocol) if self.protocol else None)
+                         protocol=asdict(self.protocol) if self.protocol else None, baseline=self.baseline,
+                         when_busy=self.when_busy)
         return TrialRecord.from_dict(rec)
 
     def accuracy(self, config: dict, timing: LatencyProtocol | None = None) -> dict:
@@ -235,8 +296,13 @@ class Evaluator:
     def node_times(self, backend: str) -> dict[str, float]:
         return self._call(node_times_job, backend=backend)
 
-    def confirm(self, configs: list[dict], rounds: int = 30) -> list[dict]:
-        return self._call(confirm_job, configs=configs, rounds=rounds)
+    def confirm(self, configs: list[dict], baseline: int, rounds: int = 30) -> dict:
+        return self._call(confirm_job, configs=configs, baseline=baseline, rounds=rounds)
+
+    def verify(self, config: dict, baseline: dict, engine_dir: str | None = None, backend: str | None = None,
+               protocol: LatencyProtocol | None = None) -> dict:
+        return self._call(verify_job, config=config, baseline=baseline, engine_dir=engine_dir, backend=backend,
+                          protocol=asdict(protocol) if protocol else None)
 
     def export(self, config: dict, out_dir: str) -> dict:
         return self._call(export_job, config=config, out_dir=out_dir)

@@ -19,7 +19,13 @@ PRELOAD = ["tuner.evaluate", "tuner.backends.onnxruntime"]
 
 
 class TrialFailure(Exception):
-    """The job could not be done; the message is the reason (stored as the trial's fail_reason)."""
+    """The job could not be done; the message is the reason (stored as the trial's fail_reason).
+    kind: "error" (an exception in the job: deterministic for the same input), "timeout" or "crash";
+    phase: what the job was doing ("calibration", "timing", ...)."""
+
+    def __init__(self, message: str, kind: str = "error", phase: str = ""):
+        super().__init__(message)
+        self.kind, self.phase = kind, phase
 
 
 def _context():
@@ -111,7 +117,7 @@ class IsolatedRunner:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TrialFailure(f"timed out after {timeout_s:g} s during {phase}")
+                raise TrialFailure(f"timed out after {timeout_s:g} s during {phase}", "timeout", phase)
             try:
                 if not self._conn.poll(min(left, 1.0)):
                     continue
@@ -120,14 +126,15 @@ class IsolatedRunner:
                 self._proc.join(5)
                 code = self._proc.exitcode
                 if code is not None and code < 0:
-                    raise TrialFailure(f"killed by signal {-code} ({_signal_name(-code)}) during {phase}") from None
-                raise TrialFailure(f"child process exited with code {code} during {phase}") from None
+                    raise TrialFailure(f"killed by signal {-code} ({_signal_name(-code)}) during {phase}", "crash",
+                                       phase) from None
+                raise TrialFailure(f"child process exited with code {code} during {phase}", "crash", phase) from None
             if kind == "phase":
                 phase = value
             elif kind == "ok":
                 return value
             else:
-                raise TrialFailure(f"{value} (during {phase})")
+                raise TrialFailure(f"{value} (during {phase})", "error", phase)
 
     def close(self) -> None:
         """End the child (idle between jobs, or hung: either way nothing is lost)."""

@@ -6,7 +6,7 @@ import time
 
 from optuna.trial import TrialState
 
-from .search.trials import baseline_trial, best_feasible, is_feasible, latency_of
+from .search.trials import baseline_trial, best_feasible, is_feasible, latency_of, relative_of, speedup_of, was_busy
 
 
 def _fmt_s(s: float) -> str:
@@ -50,9 +50,13 @@ class TrialProgress:
         if best is None:
             best_txt = "no feasible trial yet"
         else:
-            speed = f" ({latency_of(base) / latency_of(best):.2f}x baseline)" if base else ""
+            up = speedup_of(best, base)
+            how = "paired" if relative_of(best) is not None else "vs the baseline's first timing"
+            speed = f" ({up:.2f}x baseline, {how})" if up else ""
             best_txt = f"best {latency_of(best):.2f} ms{speed} #{best.number}"
-        return f"{best_txt} | feasible {feasible}, infeasible {len(done) - feasible}, failed {failed}"
+        busy = sum(1 for t in done if was_busy(t))
+        busy_txt = f", {busy} timed on a busy machine" if busy else ""
+        return f"{best_txt} | feasible {feasible}, infeasible {len(done) - feasible}, failed {failed}{busy_txt}"
 
     def _eta(self) -> str:
         elapsed = time.monotonic() - self.start
@@ -71,9 +75,13 @@ class TrialProgress:
             state = trial.state.name.lower()
             if trial.state == TrialState.COMPLETE:
                 state = ("reused #%d" % trial.user_attrs["reused_from"]) if "reused_from" in trial.user_attrs else (
-                    f"{latency_of(trial):.2f} ms, {'feasible' if is_feasible(trial) else 'infeasible'}")
+                    f"{latency_of(trial):.2f} ms" + (f" ({relative_of(trial):.3f} of the baseline)" if relative_of(trial) else "")
+                    + f", {'feasible' if is_feasible(trial) else 'infeasible'}"
+                    + (f", BUSY machine ({trial.user_attrs['load']['other_cores']:.1f} cores used by others)" if was_busy(trial) else ""))
             elif "fail_reason" in trial.user_attrs:
                 state += f": {trial.user_attrs['fail_reason']}"
+            elif "known_failure" in trial.user_attrs:
+                state += f": its route failed to build in trial {trial.user_attrs['known_failure']['trial']}, not built again"
             total = f"/{self.n_trials}" if self.n_trials else ""
             print(f"[{_fmt_s(time.monotonic() - self.start)} ETA {self._eta()}] trial {trial.number} "
                   f"({self.done}{total}) {state} | {text}", file=sys.stderr, flush=True)

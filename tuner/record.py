@@ -34,10 +34,19 @@ class TrialRecord:
     backend: str  # e.g. onnxruntime-1.32.0
     engine_dir: str | None = None  # where the engine was kept (--keep-engines), else None
     timing_window: list[float] | None = None  # wall clock [start, end] of the timing; none when copied
+    timing: str | None = None  # "paired" (timed alternately with the baseline) or "alone"; None: before pairing
+    relative: dict[str, Any] | None = None  # paired: RelativeLatency.to_dict(), candidate / baseline
+    baseline_latency: dict[str, Any] | None = None  # paired: the baseline's LatencyStats in the same window
+    load: dict[str, Any] | None = None  # Load.to_dict(): other processes' CPU during the timing window
 
     @property
     def median_ms(self) -> float:
         return float(self.latency["median_ms"])
+
+    @property
+    def relative_latency(self) -> float | None:
+        """Candidate / baseline from paired timing; None for a candidate timed alone."""
+        return float(self.relative["ratio"]) if self.relative else None
 
     def to_attrs(self) -> dict[str, Any]:
         """The user attrs of the trial (config excepted: the objective stores it before building)."""

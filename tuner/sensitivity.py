@@ -13,7 +13,10 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
+import re
 import sys
+import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -24,7 +27,7 @@ from .evaluate import Evaluator
 from .isolate import TrialFailure
 from .measure.latency import LatencyProtocol
 from .problem import Problem
-from .space import LayerOverride, layer_candidates
+from .space import LayerOverride, defaults_chooser, effective_encoding, layer_candidates, normalize, route_choice
 
 QUICK = LatencyProtocol(warmup=2, min_runs=5, max_runs=20, max_seconds=0.5)
 
@@ -37,6 +40,45 @@ class Entry:
     error_all_but: float  # everything quantized except this candidate
     latency_share: float  # of the fp32 engine's node time
     gain_ms: float  # fp32 latency minus latency with only this candidate quantized
+    group: str | None = None  # set when the budget left it unmeasured: the figures are its group's
+
+
+DEFAULT_BUDGET = 150  # builds of one analysis (--sensitivity-budget): about 6 minutes for a 6-layer encoder here
+
+
+def group_candidates(candidates: dict[str, list[str]], override: LayerOverride) -> dict[str, dict[str, list[str]]]:
+    """Candidates grouped for a first, coarse ranking: by the override's group_pattern where it splits
+    them, else by the first name component with a digit (block1, layer.0), else into about sqrt(n)
+    runs in graph order."""
+    n = len(candidates)
+
+    def useful(groups: dict) -> bool:
+        return 1 < len(groups) <= max(2, n // 2)
+
+    def by(key_of) -> dict[str, dict[str, list[str]]]:
+        groups: dict[str, dict[str, list[str]]] = {}
+        for cand, nodes in candidates.items():
+            groups.setdefault(key_of(cand), {})[cand] = nodes
+        return groups
+
+    if override.group_pattern:
+        groups = by(lambda c: (m.group(1) if m.groups() else m.group(0)) if (m := re.search(override.group_pattern, c)) else c)
+        if useful(groups):
+            return groups
+
+    def numbered_prefix(name: str) -> str:
+        parts = name.split("/")
+        for i, part in enumerate(parts):
+            if any(ch.isdigit() for ch in part):
+                return "/".join(parts[: i + 1])
+        return parts[0]
+
+    groups = by(numbered_prefix)
+    if useful(groups):
+        return groups
+    size = max(2, math.ceil(math.sqrt(n)))
+    order = list(candidates)
+    return by(lambda c: f"{order[(order.index(c) // size) * size]}..")
 
 
 def quantizing_override(problem: Problem, route: str) -> LayerOverride:
@@ -63,50 +105,86 @@ def _measure(evaluator: Evaluator, config: dict, timing: LatencyProtocol | None 
         raise UserError(f"route {config.get('precision')} does not build on this model: {exc}") from None
 
 
-def table_key(problem: Problem, route_config: dict, candidates: dict[str, list[str]]) -> str:
+def table_key(problem: Problem, route_config: dict, candidates: dict[str, list[str]], budget: int | None) -> str:
     payload = {"model": problem.model_hash, "data": problem.data_hash, "route": route_config, "candidates": candidates,
                "metric": problem.requirement.primary_metric,
-               "versions": backend_versions([_backend(problem, route_config)])}
+               "versions": backend_versions([_backend(problem, route_config)]),
+               "budget": budget if budget is not None and _full_cost(candidates) > budget else None}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _full_cost(candidates: dict) -> int:
+    return 2 + 2 * len(candidates)  # fp32, everything quantized, then two builds per candidate
+
+
+def _entries(problem: Problem, route_config: dict, override: LayerOverride, evaluator: Evaluator,
+             candidates: dict[str, list[str]], all_nodes: list[str], shares: dict, fp32_ms: float,
+             on_progress: Callable[[str], None]) -> list[Entry]:
+    """Two builds per candidate: only it quantized, everything but it quantized. Most sensitive first:
+    the largest error when quantized alone; ties by the error left when it alone stays in float."""
+    metric = problem.requirement.primary_metric
+    out = []
+    for i, (cand, nodes) in enumerate(candidates.items()):
+        on_progress(f"sensitivity {i + 1}/{len(candidates)}: {cand}")
+        others = sorted(set(all_nodes) - set(nodes))
+        only = _measure(evaluator, route_config | {override.name: others}, QUICK)
+        all_but = _measure(evaluator, route_config | {override.name: sorted(nodes)})
+        out.append(Entry(cand, nodes, float(only["metrics"][metric]), float(all_but["metrics"][metric]),
+                         sum(shares.get(n, 0.0) for n in nodes), fp32_ms - only["median_ms"]))
+    return sorted(out, key=lambda e: (-e.error_only, e.error_all_but))
+
+
 def analyze(problem: Problem, route_config: dict, override: LayerOverride, evaluator: Evaluator,
-            on_progress: Callable[[str], None] = lambda s: None) -> dict:
-    """The sensitivity table of `route_config` (precision and its options), most sensitive first."""
+            on_progress: Callable[[str], None] = lambda s: None, budget: int | None = None) -> dict:
+    """The sensitivity table of `route_config` (precision and its options), most sensitive first.
+    With a budget (builds) too small to rank every candidate, groups are ranked first, then the
+    candidates inside the most sensitive groups while the budget lasts; the rest keep their group's
+    figures and place."""
     candidates = layer_candidates(override, problem.graph_nodes)
-    key = table_key(problem, route_config, candidates)
+    key = table_key(problem, route_config, candidates, budget)
     name = f"sensitivity-{key}.json"
     table = cache.read_json(name)
     if table is not None:
         table["cached"] = True
         return table
+    started = time.perf_counter()
     metric = problem.requirement.primary_metric
     all_nodes = sorted(n for nodes in candidates.values() for n in nodes)
     shares = evaluator.node_times(_backend(problem, route_config))
     fp32 = {k: v for k, v in route_config.items() if k == "backend"} | {"precision": "fp32"}
     fp32_ms = _measure(evaluator, fp32, QUICK)["median_ms"]
     err_all = _measure(evaluator, route_config | {override.name: []})["metrics"][metric]
-    entries = []
-    for i, (cand, nodes) in enumerate(candidates.items()):
-        on_progress(f"sensitivity {i + 1}/{len(candidates)}: {cand}")
-        others = sorted(set(all_nodes) - set(nodes))
-        only = _measure(evaluator, route_config | {override.name: others}, QUICK)
-        all_but = _measure(evaluator, route_config | {override.name: sorted(nodes)})
-        entries.append(Entry(cand, nodes, float(only["metrics"][metric]), float(all_but["metrics"][metric]),
-                             sum(shares.get(n, 0.0) for n in nodes), fp32_ms - only["median_ms"]))
-    # Most sensitive first: the largest error when quantized alone; ties by the error left when it
-    # alone stays in float (lower means keeping it fixes more).
-    entries.sort(key=lambda e: (-e.error_only, e.error_all_but))
+    args = (problem, route_config, override, evaluator)
+    if budget is None or _full_cost(candidates) <= budget:
+        entries = _entries(*args, candidates, all_nodes, shares, fp32_ms, on_progress)
+        builds = _full_cost(candidates)
+    else:
+        groups = group_candidates(candidates, override)
+        flat = {g: sorted(n for nodes in members.values() for n in nodes) for g, members in groups.items()}
+        ranked = _entries(*args, flat, all_nodes, shares, fp32_ms, lambda m: on_progress(f"groups: {m}"))
+        builds = _full_cost(flat)
+        entries = []
+        for g in ranked:
+            members = groups[g.name]
+            if len(members) > 1 and builds + 2 * len(members) <= budget:
+                entries += _entries(*args, members, all_nodes, shares, fp32_ms, on_progress)
+                builds += 2 * len(members)
+            else:
+                entries += [Entry(c, nodes, g.error_only, g.error_all_but, sum(shares.get(n, 0.0) for n in nodes),
+                                  0.0, group=g.name) for c, nodes in members.items()]
     table = {"key": key, "route": route_config, "override": override.name, "metric": metric, "fp32_ms": fp32_ms,
-             "error_all_quantized": err_all, "entries": [asdict(e) for e in entries], "cached": False}
+             "error_all_quantized": err_all, "entries": [asdict(e) for e in entries], "cached": False,
+             "builds": builds, "seconds": time.perf_counter() - started, "budget": budget}
     cache.write_json(name, table)
     return table
 
 
 def greedy_float_set(problem: Problem, route_config: dict, table: dict, evaluator: Evaluator,
-                     on_progress: Callable[[str], None] = lambda s: None) -> tuple[list[str] | None, int]:
+                     on_progress: Callable[[str], None] = lambda s: None,
+                     budget: int | None = None) -> tuple[list[str] | None, int]:
     """Keep the most sensitive in float until the requirement holds, then drop back any that are not
-    needed. Returns (the candidate names kept, builds made); None when even all-float fails."""
+    needed. Returns (the candidate names kept, builds made); None when even all-float fails, or when
+    the budget (builds) runs out before any set holds."""
     entries = table["entries"]
     nodes_of = {e["name"]: e["nodes"] for e in entries}
     builds = 0
@@ -117,9 +195,14 @@ def greedy_float_set(problem: Problem, route_config: dict, table: dict, evaluato
         kept = sorted(n for name in names for n in nodes_of[name])
         return _measure(evaluator, route_config | {table["override"]: kept})["feasible"]
 
+    def spent() -> bool:
+        return budget is not None and builds >= budget
+
     order = [e["name"] for e in entries]
     kept = None
     for k in range(len(order) + 1):
+        if spent():
+            return None, builds
         on_progress(f"greedy: {k} most sensitive in float")
         if holds(order[:k]):
             kept = order[:k]
@@ -127,6 +210,8 @@ def greedy_float_set(problem: Problem, route_config: dict, table: dict, evaluato
     if kept is None:
         return None, builds
     for name in reversed(list(kept)):  # least sensitive of the kept first
+        if spent():
+            break
         trial = [n for n in kept if n != name]
         on_progress(f"greedy: without {name}")
         if holds(trial):
@@ -135,32 +220,41 @@ def greedy_float_set(problem: Problem, route_config: dict, table: dict, evaluato
 
 
 def ranking_for_study(problem: Problem, route_config: dict, override: LayerOverride, evaluator: Evaluator,
-                      on_progress: Callable[[str], None] = lambda s: None) -> dict:
+                      on_progress: Callable[[str], None] = lambda s: None, budget: int | None = DEFAULT_BUDGET) -> dict:
     """What a sensitivity-encoded study stores: the order (greedy set first, then the rest by
-    sensitivity) and the cut (size of the greedy set), with the table it came from."""
-    table = analyze(problem, route_config, override, evaluator, on_progress)
-    kept, builds = greedy_float_set(problem, route_config, table, evaluator, on_progress)
+    sensitivity) and the cut (size of the greedy set), with the table it came from and what the
+    analysis cost (builds and seconds; a cached table costs none)."""
+    started = time.perf_counter()
+    table = analyze(problem, route_config, override, evaluator, on_progress, budget)
+    left = None if budget is None else max(budget - (0 if table["cached"] else table.get("builds", 0)), 0)
+    kept, builds = greedy_float_set(problem, route_config, table, evaluator, on_progress, left)
     rest = [e["name"] for e in table["entries"] if e["name"] not in (kept or [])]
     return {"override": override.name, "route": route_config, "table_key": table["key"],
             "order": (kept or []) + rest, "cut": len(kept) if kept is not None else len(rest),
             "greedy_feasible": kept is not None, "greedy_builds": builds,
+            "analysis_builds": (0 if table["cached"] else table.get("builds", 0)) + builds,
+            "analysis_s": round(time.perf_counter() - started, 1),
             "nodes": {e["name"]: e["nodes"] for e in table["entries"]}}
 
 
-def study_rankings(problem: Problem, timeout_s: float = 600.0, quiet: bool = True) -> dict[str, dict]:
-    """For each override with the sensitivity encoding: its ranking, from the (cached) sensitivity
-    table and the greedy pass over it. Computed once per study and stored in it."""
+def study_rankings(problem: Problem, timeout_s: float = 600.0, quiet: bool = True,
+                   budget: int | None = DEFAULT_BUDGET) -> dict[str, dict]:
+    """For each override the sensitivity encoding applies to (`sensitivity`, or `auto` on a model with
+    many candidates): its ranking, from the (cached) sensitivity table and the greedy pass over it.
+    Computed once per study and stored in it."""
     out = {}
-    wanted = [o for o in problem.space.overrides if o.encoding == "sensitivity"]
+    wanted = [o for o in problem.space.overrides if effective_encoding(o, problem.graph_nodes) == "sensitivity"]
     if not wanted:
         return out
     progress = (lambda msg: None) if quiet else (lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True))
     with Evaluator(problem.spec, timeout_s, persistent=True) as evaluator:
         for o in wanted:
-            out[o.name] = r = ranking_for_study(problem, {"precision": o.sensitivity_route}, o, evaluator, progress)
+            route = route_choice(problem.space, normalize(problem.space, defaults_chooser({"precision": o.sensitivity_route}),
+                                                          problem.graph_nodes))
+            out[o.name] = r = ranking_for_study(problem, route, o, evaluator, progress, budget)
             if not quiet:
                 print(f"\rsensitivity of {o.sensitivity_route}: greedy float set {r['order'][:r['cut']]} "
-                      f"({r['greedy_builds']} builds)", file=sys.stderr)
+                      f"({r['analysis_builds']} analysis builds, {r['analysis_s']:.0f} s)", file=sys.stderr)
     return out
 
 

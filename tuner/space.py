@@ -27,7 +27,10 @@ DEFAULT_SPACE = os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml")
 TYPES = {"categorical", "bool", "int", "float"}
 PARAM_KEYS = {"type", "choices", "low", "high", "log", "default", "when"}
 OVERRIDE_KEYS = {"when", "op_types", "granularity", "group_pattern", "encoding", "near", "sensitivity_route"}
-ENCODINGS = ("independent", "sensitivity", "groups")
+ENCODINGS = ("independent", "sensitivity", "groups", "auto")
+# encoding auto: one boolean per candidate up to this many candidates (TPE handles a handful), the
+# sensitivity ranking above it (one boolean per layer is too big a space for a few dozen trials).
+AUTO_INDEPENDENT_MAX = 6
 
 
 @dataclass
@@ -146,7 +149,7 @@ def load_space(path: str | None = None) -> Space:
             fail(f"{where}.near", f"{near!r} is not a count (0 or more)")
         routes = (d.get("when") or {}).get("precision", [])
         route = d.get("sensitivity_route", routes[0] if routes else None)
-        if encoding == "sensitivity" and route not in routes:
+        if encoding in ("sensitivity", "auto") and route not in routes:
             fail(f"{where}.sensitivity_route", f"{route!r} is not one of the routes in its when: {routes}")
         if gran not in ("node", "group"):
             fail(f"{where}.granularity", f"{gran!r} is not node or group")
@@ -194,6 +197,13 @@ def _check_when(fail, where, when, names, earlier, params):
 
 def _active(when: dict[str, list], config: dict) -> bool:
     return all(dep in config and config[dep] in vals for dep, vals in when.items())
+
+
+def effective_encoding(override: LayerOverride, graph_nodes: list[tuple[str, str]]) -> str:
+    """The encoding an override gets on this model: `auto` resolves by the number of candidates."""
+    if override.encoding != "auto":
+        return override.encoding
+    return "independent" if len(layer_candidates(override, graph_nodes)) <= AUTO_INDEPENDENT_MAX else "sensitivity"
 
 
 def layer_candidates(override: LayerOverride, graph_nodes: list[tuple[str, str]]) -> dict[str, list[str]]:
@@ -253,7 +263,7 @@ def normalize(space: Space, choose: Chooser, graph_nodes: list[tuple[str, str]],
     for o in space.overrides:
         if not _active(o.when, config):
             continue
-        ranking = (rankings or {}).get(o.name) if o.encoding == "sensitivity" else None
+        ranking = (rankings or {}).get(o.name) if effective_encoding(o, graph_nodes) == "sensitivity" else None
         kept = _ranked_choice(o, ranking, choose) if ranking else _independent_choice(o, graph_nodes, choose)
         config[o.name] = sorted(set(kept))
     return config
@@ -276,6 +286,20 @@ def _ranked_choice(o: LayerOverride, ranking: dict, choose: Chooser) -> list[str
         if choose(Param(f"{o.name}/near/{name}", "bool", False, [False, True])):
             names.append(name)
     return [n for name in names for n in nodes_of[name]]
+
+
+def route_choice(space: Space, config: dict) -> dict:
+    """The part of a config that makes the route: the backend, the precision route and every
+    parameter that depends on it (its options); not session settings, not the per-layer float set."""
+    def key(p) -> str:  # the config key a parameter writes (a space over several backends renames some)
+        return getattr(p, "key", None) or p.name
+
+    route = {p.name for p in space.params if key(p) in ("precision", "backend")}
+    for p in space.params:  # parameters come after those they depend on
+        if any(dep in route for dep in p.when):
+            route.add(p.name)
+    keys = {key(p) for p in space.params if p.name in route}
+    return {k: v for k, v in config.items() if k in keys}
 
 
 def defaults_chooser(overrides: dict[str, Any] | None = None) -> Chooser:

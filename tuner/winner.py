@@ -15,10 +15,10 @@ from optuna.trial import TrialState
 from . import __version__
 from .errors import UserError
 from .evaluate import Evaluator
-from .measure.latency import summarize
+from .measure.latency import LatencyProtocol
 from .problem import Problem
 from .record import BUILD_KEY, CONFIG
-from .search.trials import baseline_trial, closest_candidate, is_feasible, latency_of
+from .search.trials import baseline_trial, closest_candidate, is_feasible, speed_key
 
 WINNER_ATTR = "winner"
 BEST_EFFORT_ATTR = "best_effort"
@@ -28,7 +28,7 @@ def top_candidates(study: optuna.Study, k: int) -> list:
     """The k fastest feasible trials, one per distinct build."""
     seen, out = set(), []
     feasible = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if is_feasible(t)]
-    for t in sorted(feasible, key=latency_of):
+    for t in sorted(feasible, key=speed_key):
         key = t.user_attrs.get("build_key")
         if key in seen:
             continue
@@ -56,28 +56,33 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
     if base is not None and is_feasible(base) and base not in cands:
         cands.append(base)
     entries = cands + ([base] if base is not None and base not in cands else [])
+    reference = entries.index(base) if base is not None else 0  # what the speedups are measured against
     with Evaluator(problem.spec, timeout_s, study=study.study_name) as evaluator:
-        results = evaluator.confirm([t.user_attrs[CONFIG] for t in entries], rounds=rounds)
+        confirmed_run = evaluator.confirm([t.user_attrs[CONFIG] for t in entries], reference, rounds=rounds)
+    results = confirmed_run["results"]
     built = [(t, r) for t, r in zip(entries, results) if "error" not in r]
-    stats = {t.number: summarize(r["samples"], converged=True).to_dict() for t, r in built}
-    base_ms = stats[base.number]["median_ms"] if base is not None and base.number in stats else None
+    stats = {t.number: r["latency"] for t, r in built}
+    ratio = {t.number: r["relative"] for t, r in built}
     confirmed = [(t, r["metrics"]) for t, r in built if t in cands and r["feasible"]]
     rejected = [t.number for t, r in zip(entries, results) if t in cands and not r.get("feasible")]
     if not confirmed:
         study.set_user_attr(WINNER_ATTR, None)
         study.set_user_attr(BEST_EFFORT_ATTR, _summary(cands[0]) | {"note": "failed the accuracy re-check"})
         return None
-    t, metrics = min(confirmed, key=lambda tm: stats[tm[0].number]["median_ms"])
-    s = stats[t.number]
+    t, metrics = min(confirmed, key=lambda tm: ratio[tm[0].number]["ratio"])
+    rel = ratio[t.number]
     winner = _summary(t) | {
-        "confirmed_latency": s,
+        "confirmed_latency": stats[t.number],
+        "confirmed_relative": rel,
         "confirmed_metrics": metrics,
         "baseline_trial": base.number if base is not None else None,
         "baseline_latency": stats.get(base.number) if base is not None else None,
-        "speedup": base_ms / s["median_ms"] if base_ms else None,
+        "speedup": 1.0 / rel["ratio"] if base is not None and base.number in stats else None,
+        "speedup_interval": [1.0 / rel["ci_high"], 1.0 / rel["ci_low"]] if base is not None else None,
         "requirement": str(problem.requirement),
         "compared": {str(n): v["median_ms"] for n, v in stats.items()},
         "rejected_on_recheck": rejected,
+        "load": confirmed_run["load"],
         "selected_at": time.time(),
     }
     study.set_user_attr(WINNER_ATTR, winner)
@@ -141,3 +146,48 @@ def _close(a, b, rel: float = 0.05) -> bool:
     if a is None or b is None:
         return False
     return abs(a - b) <= rel * max(abs(a), abs(b)) + 1e-9
+
+
+VERIFY_PROTOCOL = LatencyProtocol(max_seconds=30.0, rel_ci=0.01, max_runs=2000)
+
+
+def verify_winner(study: optuna.Study, problem: Problem, engine_dir: str | None = None, backend: str | None = None,
+                  timeout_s: float = 1800.0) -> dict:
+    """Re-time the winner (the exported engine in engine_dir, else its config rebuilt) against the
+    backend's defaults in a fresh process, in paired blocks; store and return both figures with the
+    study's own claim, and how far apart they are."""
+    winner = study.user_attrs.get(WINNER_ATTR)
+    if not winner:
+        raise UserError(f"study {study.study_name!r} has no confirmed winner to verify; run `tuner select --study "
+                        f"{study.study_name}` first")
+    base = baseline_trial(study)
+    if base is None:
+        raise UserError(f"study {study.study_name!r} has no baseline trial to compare the winner with")
+    with Evaluator(problem.spec, timeout_s) as evaluator:
+        got = evaluator.verify(winner["config"], base.user_attrs[CONFIG], engine_dir, backend, VERIFY_PROTOCOL)
+    rel = got["relative"]
+    result = {"speedup": 1.0 / rel["ratio"], "speedup_low": 1.0 / rel["ci_high"], "speedup_high": 1.0 / rel["ci_low"],
+              "winner_ms": got["latency"]["median_ms"], "defaults_ms": got["baseline_latency"]["median_ms"],
+              "claimed_speedup": winner.get("speedup"), "busy": got["load"]["busy"], "load": got["load"],
+              "metrics": got["metrics"], "meets_requirement": got["feasible"], "rounds": rel["rounds"],
+              "engine": engine_dir or "rebuilt from the winner's config", "verified_at": time.time()}
+    if winner.get("speedup"):
+        result["difference"] = result["speedup"] / winner["speedup"] - 1.0
+    study.set_user_attr(WINNER_ATTR, winner | {"verify": result})
+    return result
+
+
+def verify_lines(result: dict) -> list[str]:
+    """What `tuner verify` (and export) prints: both figures and how far apart they are."""
+    lines = [f"verify: winner {result['winner_ms']:.2f} ms, defaults {result['defaults_ms']:.2f} ms, timed in paired "
+             f"blocks in a fresh process: {result['speedup']:.2f}x [95% {result['speedup_low']:.2f}-"
+             f"{result['speedup_high']:.2f}] over {result['rounds']} rounds"]
+    if result.get("claimed_speedup"):
+        lines.append(f"the study claimed {result['claimed_speedup']:.2f}x: verify reads {100 * result['difference']:+.1f}%"
+                     + (" (within 3%)" if abs(result["difference"]) <= 0.03 else " (more than 3% apart)"))
+    if result["busy"]:
+        lines.append(f"warning: other processes used {result['load']['other_cores']:.1f} cores during the timing; "
+                     "run tuner verify again on a quiet machine")
+    if not result["meets_requirement"]:
+        lines.append("warning: the engine verified does NOT meet the requirement")
+    return lines

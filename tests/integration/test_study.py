@@ -17,9 +17,21 @@ from tuner.run.tune import tune
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=1)
 
 
+DEFAULT_SPACE_TEXT = open(os.path.join(os.path.dirname(__file__), "..", "..", "search_spaces", "onnxruntime-cpu.yaml")).read()
+
+
+def independent_space(tmp_path, text: str = DEFAULT_SPACE_TEXT, name: str = "independent.yaml") -> str:
+    """The default space with one boolean per layer: these tests are about studies, not the ranking
+    (tests/integration/test_search_defaults.py runs the default space as it ships)."""
+    path = tmp_path / name
+    path.write_text(text.replace("encoding: auto", "encoding: independent"))
+    return str(path)
+
+
 def options(tmp_path, model=None, **kw):
     base = dict(study="s", model=model, storage=f"sqlite:///{tmp_path}/s.db", shapes=["x=2x64x256"],
-                require="cos<=0.005", seed=0, protocol=FAST, progress=False, quiet=True, top_k=2)
+                require="cos<=0.005", seed=0, protocol=FAST, progress=False, quiet=True, top_k=2,
+                space=independent_space(tmp_path) if model else None)
     base.update(kw)
     return TuneOptions(**base)
 
@@ -98,10 +110,9 @@ def test_repeated_config_is_reused_not_rebuilt(demo_path, tmp_path):
 
 
 def test_failing_build_fails_only_its_trial(demo_path, tmp_path):
-    space = tmp_path / "bad.yaml"
-    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "search_spaces", "onnxruntime-cpu.yaml")).read()
-    space.write_text(text.replace("choices: [32, 64, 128], default: 128", "choices: [7, 128], default: 128"))
-    result = tune(options(tmp_path, demo_path, space=str(space), n_trials=3, select=False,
+    space = independent_space(tmp_path, DEFAULT_SPACE_TEXT.replace("choices: [32, 64, 128], default: 128",
+                                                                   "choices: [7, 128], default: 128"), "bad.yaml")
+    result = tune(options(tmp_path, demo_path, space=space, n_trials=3, select=False,
                           enqueue=["precision=int4-weight,int4_block_size=7", "precision=int8-dynamic"]))
     states = [t.state for t in result.study.trials]
     assert states == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE]

@@ -72,7 +72,7 @@ def test_built_in_onnxruntime_spaces():
     fast = plans_fast(full)
     assert len({plan_key(p) for p in fast}) == len(fast)
     static_uint8 = [p for p in fast if p.get("weight_type") == "QUInt8"]
-    assert static_uint8 == [{**fast[0], "precision": "int8-static", "calibration_method": "MinMax",
+    assert static_uint8 == [{**fast[0], "precision": "int8-static", "quant_op_types": "weights", "calibration_method": "MinMax",
                              "static_per_channel": False, "activation_type": "QUInt8", "weight_type": "QUInt8"}]
     inter = [p for p in fast if "inter_op_num_threads" in p]  # parent execution_mode set to parallel
     assert inter and all(p["execution_mode"] == "parallel" for p in inter)

@@ -67,7 +67,7 @@ def is_converged(samples_ms: list[float], protocol: LatencyProtocol) -> bool:
     return med > 0 and (hi - med) <= protocol.rel_ci * med and (med - lo) <= protocol.rel_ci * med
 
 
-def _sample_ms(call: Callable[[], object]) -> float:
+def sample_ms(call: Callable[[], object]) -> float:
     """One synchronised call's time: the one it reports itself when it returns a float (a GPU engine's
     CUDA-event time around its enqueue, as trtexec reports), else the wall clock around it."""
     t0 = time.perf_counter()
@@ -85,7 +85,7 @@ def measure_latency(run: Callable[[], object], protocol: LatencyProtocol | None 
     start = time.perf_counter()
     converged = False
     while len(samples) < protocol.max_runs:
-        samples.append(_sample_ms(run))
+        samples.append(sample_ms(run))
         if is_converged(samples, protocol):
             converged = True
             break
@@ -93,22 +93,3 @@ def measure_latency(run: Callable[[], object], protocol: LatencyProtocol | None 
             break
     return summarize(samples, converged)
 
-
-def time_side_by_side(calls: list[Callable[[], object]], rounds: int = 30, per_round: int = 3, warmup: int = 3,
-                      max_seconds: float = 60.0) -> list[list[float]]:
-    """Samples (ms) per engine, taken round-robin in short blocks, so drift on a shared machine hits
-    all alike. Each block starts with one untimed run: it refills the caches the previous engine
-    evicted. Build the engines with side_by_side=True (BuildContext), or idle ones slow the timed one."""
-    for call in calls:
-        for _ in range(warmup):
-            call()
-    samples: list[list[float]] = [[] for _ in calls]
-    start = time.perf_counter()
-    for r in range(rounds):
-        for i, call in enumerate(calls):
-            call()
-            for _ in range(per_round):
-                samples[i].append(_sample_ms(call))
-        if r >= 2 and time.perf_counter() - start > max_seconds:
-            break
-    return samples

@@ -33,7 +33,7 @@ def _route_color(route: str, routes: list[str]) -> str:
 
 
 def _hover(view: StudyView, t: FrozenTrial) -> str:
-    parts = [f"<b>trial {t.number}</b>", f"latency {view.latency(t):.3f} ms",
+    parts = [f"<b>trial {t.number}</b>", f"latency {view.latency_text(t)}",
              f"{view.primary_metric} {view.error(t):.3g}", "feasible" if is_feasible(t) else "INFEASIBLE"]
     if t.user_attrs.get("baseline"):
         parts.append("baseline (backend defaults)")
@@ -149,7 +149,7 @@ def pareto_figure(study) -> go.Figure:
                 f"{view.requirement or 'the requirement'}, so there is no Pareto front and no winner.")
         fig.add_annotation(text=note, showarrow=False, xref="paper", yref="paper", x=0.5, y=1.0, yanchor="bottom",
                            font={"size": 13, "color": "crimson"})
-    fig.update_layout(title=title, xaxis_title="latency, median (ms)",
+    fig.update_layout(title=title, xaxis_title=view.latency_label,
                       yaxis_title=f"{view.primary_metric} error" + (" (log scale)" if yscale == "log" else ""),
                       yaxis_type=yscale, height=560, hovermode="closest", legend={"itemsizing": "constant"},
                       meta={"note": note, "yscale": yscale, "floor": floor} if note else {"yscale": yscale, "floor": floor})
@@ -197,10 +197,10 @@ def history_figure(study) -> go.Figure:
     base = view.baseline
     if base is not None:
         fig.add_hline(y=view.latency(base), line_dash="dash", line_color="gray",
-                      annotation_text=f"baseline {view.latency(base):.2f} ms", annotation_position="top right")
+                      annotation_text=f"baseline {view.latency_text(base)}", annotation_position="top right")
     fig.update_xaxes(title_text="trial number", row=1, col=1)
     fig.update_xaxes(title_text="minutes since the first trial started", row=1, col=2)
-    fig.update_yaxes(title_text="latency, median (ms)", row=1, col=1)
+    fig.update_yaxes(title_text=view.latency_label, row=1, col=1)
     fig.update_layout(title=title, height=450, hovermode="closest")
     return fig
 

@@ -8,7 +8,8 @@ from optuna.trial import TrialState
 
 from ..machine import machine_id
 from ..search.settings import SETTINGS_ATTR
-from ..search.trials import baseline_trial, best_feasible, is_feasible, latency_of
+from ..search.failures import learnt_failures
+from ..search.trials import baseline_trial, best_feasible, is_feasible, latency_of, speedup_of, was_busy, work_line
 from ..storage import local_path
 
 
@@ -31,13 +32,22 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
     lines = [f"study {study.study_name} in {url}",
              f"model {settings.get('model_path')} (hash {settings.get('model_hash')}), requirement {settings.get('require') or 'none'}, "
              f"objectives {settings.get('objectives')}, sampler {settings.get('sampler')}",
+             f"work: {work_line(trials, settings)}; timing {settings.get('timing', 'alone')}",
              "trials: " + (", ".join(f"{k.lower()} {v}" for k, v in sorted(by_state.items())) or "none")
              + f"; feasible {len(feasible)}, infeasible {len(done) - len(feasible)}, reused {reused}"]
+    busy = [t.number for t in done if was_busy(t)]
+    if busy:
+        lines.append(f"warning: {len(busy)} trial(s) were timed while other processes kept the machine busy "
+                     f"({', '.join(map(str, busy[:10]))}{' ...' if len(busy) > 10 else ''}): their latencies read slow")
+    for f in learnt_failures(study.user_attrs):
+        lines.append(f"route that does not build (learnt from trial {f['trial']}, not built again): "
+                     f"{f['choice']}: {f['reason']}")
     base, best = baseline_trial(study), best_feasible(study)
     if base is not None:
         lines.append(f"baseline: trial {base.number}, {latency_of(base):.2f} ms")
     if best is not None:
-        speed = f" ({latency_of(base) / latency_of(best):.2f}x baseline)" if base is not None else ""
+        up = speedup_of(best, base)
+        speed = f" ({up:.2f}x baseline)" if up else ""
         lines.append(f"best feasible: trial {best.number}, {latency_of(best):.2f} ms{speed}, precision {best.user_attrs['config'].get('precision')}")
     elif done:
         lines.append("best feasible: none - no trial meets the requirement yet")
@@ -46,7 +56,13 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
     winner = study.user_attrs.get("winner")
     if winner:
         lines.append(f"winner: trial {winner['trial']}, {winner['confirmed_latency']['median_ms']:.2f} ms confirmed"
-                     + (f", {winner['speedup']:.2f}x baseline" if winner.get("speedup") else ""))
+                     + (f", {winner['speedup']:.2f}x baseline" if winner.get("speedup") else "")
+                     + (" - chosen while the machine was busy: run tuner select again on a quiet machine"
+                        if (winner.get("load") or {}).get("busy") else ""))
+        if winner.get("verify"):
+            v = winner["verify"]
+            lines.append(f"verify: {v['speedup']:.2f}x the defaults in a fresh process [{v['speedup_low']:.2f}, "
+                         f"{v['speedup_high']:.2f}]" + (" (machine busy)" if v.get("busy") else ""))
     else:
         lines.append("winner: none selected" + (" (best effort stored)" if study.user_attrs.get("best_effort") else ""))
     lines += machine_lines(trials)

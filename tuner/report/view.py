@@ -11,7 +11,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..measure.requirement import Requirement
 from ..search.settings import SETTINGS_ATTR
-from ..search.trials import is_feasible, latency_of
+from ..search.failures import learnt_failures
+from ..search.trials import is_feasible, latency_of, relative_of, speedup_of, was_busy, work_line
 
 LAYER_PREFIX_SEP = "/"
 
@@ -63,9 +64,23 @@ class StudyView:
             return float(metrics[self.primary_metric])
         return float(t.values[1]) if t.values and len(t.values) > 1 else float("nan")
 
+    @property
+    def paired(self) -> bool:
+        """Trials timed against the baseline (paired timing): their latency is a ratio to it."""
+        return self.settings.get("timing") == "paired"
+
+    @property
+    def latency_label(self) -> str:
+        return ("latency relative to the baseline (paired timing)" if self.paired else "latency, median (ms)")
+
     def latency(self, t: FrozenTrial) -> float:
-        lat = latency_of(t)
-        return lat if math.isfinite(lat) else float(t.values[0])
+        """What the study ranks by: the ratio to the baseline under paired timing, else the median ms."""
+        lat = relative_of(t) if self.paired else latency_of(t)
+        return lat if lat is not None and math.isfinite(lat) else float(t.values[0])
+
+    def latency_text(self, t: FrozenTrial) -> str:
+        ms = f"{latency_of(t):.3f} ms"
+        return f"{self.latency(t):.3f} of the baseline ({ms})" if self.paired else ms
 
     @property
     def baseline(self) -> FrozenTrial | None:
@@ -204,10 +219,18 @@ def summary_rows(study) -> list[tuple[str, str]]:
             ("sampler", str(s.get("sampler", type(view.study.sampler).__name__))),
             ("trials by state", ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())) or "none"),
             ("feasible / infeasible", f"{len(feasible)} / {len(done) - len(feasible)}"
-             + (" - no trial meets the requirement" if done and not feasible else ""))]
+             + (" - no trial meets the requirement" if done and not feasible else "")),
+            ("work", work_line(trials, s) + f"; timing {s.get('timing', 'alone')}")]
+    busy = [t.number for t in done if was_busy(t)]
+    if busy:
+        rows.append(("busy machine", f"{len(busy)} trial(s) timed while other processes kept the machine busy "
+                                     f"(trials {', '.join(map(str, busy[:12]))}{' ...' if len(busy) > 12 else ''}): "
+                                     "their latencies read slow"))
+    for f in learnt_failures(view.user_attrs):
+        rows.append(("route that does not build", f"{f['choice']} (trial {f['trial']}, not built again): {f['reason']}"))
     base = view.baseline
     if base is not None:
-        rows.append(("baseline", f"trial {base.number}: {view.latency(base):.3f} ms, "
+        rows.append(("baseline", f"trial {base.number}: {view.latency_text(base)}, "
                                  f"{view.primary_metric} {view.error(base):.3g}, precision {route_of(base)}"))
     else:
         rows.append(("baseline", "not measured yet"))
@@ -224,6 +247,13 @@ def summary_rows(study) -> list[tuple[str, str]]:
                      if winner.get("speedup") and base_conf else "n/a"))
         rows.append(("winner error", f"{view.primary_metric} {err:.3g}" + (
             f" (limit {view.bounds[0][1]:g})" if view.bounds else "") if err is not None else "n/a"))
+        if (winner.get("load") or {}).get("busy"):
+            rows.append(("selection", f"chosen while other processes used {winner['load']['other_cores']:.1f} cores: "
+                                      "run tuner select again on a quiet machine"))
+        if winner.get("verify"):
+            v = winner["verify"]
+            rows.append(("verify", f"{v['speedup']:.2f}x the defaults in a fresh process (95% {v['speedup_low']:.2f}-"
+                                   f"{v['speedup_high']:.2f})" + (" - machine busy" if v.get("busy") else "")))
     else:
         if "winner" in view.user_attrs:
             best = view.user_attrs.get("best_effort")
@@ -234,8 +264,9 @@ def summary_rows(study) -> list[tuple[str, str]]:
         rows.append(("speedup", "n/a"))
     if feasible:
         best = min(feasible, key=view.latency)
-        speed = f", {view.latency(base) / view.latency(best):.2f}x baseline in the search" if base is not None else ""
-        rows.append(("fastest feasible in the search", f"trial {best.number}: {view.latency(best):.3f} ms{speed}, "
+        up = speedup_of(best, base)
+        speed = f", {up:.2f}x baseline in the search" if up else ""
+        rows.append(("fastest feasible in the search", f"trial {best.number}: {view.latency_text(best)}{speed}, "
                                                        f"{view.primary_metric} {view.error(best):.3g}"))
     starts = [t.datetime_start for t in trials if t.datetime_start]
     ends = [t.datetime_complete for t in trials if t.datetime_complete]

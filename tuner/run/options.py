@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..measure.latency import LatencyProtocol
+from ..sensitivity import DEFAULT_BUDGET
 from ..storage import default_url, local_path
 
 
@@ -39,6 +40,10 @@ class TuneOptions:
     keep_engines: bool = False
     engines_dir: str | None = None
     protocol: LatencyProtocol | None = None
+    timing: str | None = None  # paired (default on CPU backends) or alone; stored in the study
+    when_busy: str = "warn"  # wait: hold a timing back while other processes keep the machine busy
+    warm_start: str | None = None  # OTHER[@URL]: begin with another study's best configs (and ranking)
+    sensitivity_budget: int | None = DEFAULT_BUDGET  # builds of the per-layer analysis; None or 0: no cap
 
     @property
     def storage_url(self) -> str:
@@ -48,7 +53,7 @@ class TuneOptions:
         """The settings given on this call, by the names search.settings.given_settings takes."""
         return {"model": self.model, "space": self.space, "data": self.data, "calib_data": self.calib_data,
                 "shapes": self.shapes, "int_ranges": self.int_ranges, "require": self.require,
-                "objectives": self.objectives, "sampler": self.sampler, "seed": self.seed}
+                "objectives": self.objectives, "sampler": self.sampler, "seed": self.seed, "timing": self.timing}
 
 
 def engines_dir(study: str, storage_url: str, given: str | None = None) -> str:

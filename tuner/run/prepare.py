@@ -7,13 +7,20 @@ import contextlib
 import os
 from dataclasses import asdict
 
+from ..backends.base import get_backend
 from ..errors import UserError
 from ..search.settings import check_data, check_inputs, given_settings, merge_settings, new_settings, problem_spec
 from ..search.study import StudyContext, create_or_resume, load_existing, stored_settings
 from ..sensitivity import study_rankings
+from ..space import effective_encoding
 from ..storage import local_path, open_storage
 from .join import this_machine
 from .options import TuneOptions
+from .warm import warm_start
+
+
+def backend_devices_of(space) -> list[str]:
+    return [get_backend(name).device for name in space.backends]
 
 
 def open_study(opts: TuneOptions) -> StudyContext:
@@ -42,11 +49,19 @@ def _open_study(opts: TuneOptions) -> StudyContext:
         check_data(opts.study, stored, problem.data_hash)
     settings["data_hash"] = problem.data_hash
     settings["spec"] = asdict(problem_spec(settings))
-    settings["encoding"] = {o.name: o.encoding for o in problem.space.overrides}
+    settings["encoding"] = {o.name: effective_encoding(o, problem.graph_nodes) for o in problem.space.overrides}
     settings["backend"] = ",".join(problem.space.backends)  # part of every build key
     settings.setdefault("machine", this_machine(problem.space))
+    if stored is None and "timing" not in settings:  # a study made before paired timing keeps timing alone
+        settings["timing"] = "paired" if all(d == "cpu" for d in backend_devices_of(problem.space)) else "alone"
+    warm = warm_start(opts.warm_start, settings, problem.space) if opts.warm_start and stored is None else None
+    if warm is not None and warm.rankings:  # the same model and data: the other study's ranking holds here
+        settings["rankings"], settings["rankings_for"] = warm.rankings, [settings.get("space_hash"), problem.data_hash]
     if settings.get("rankings_for") != [settings.get("space_hash"), problem.data_hash]:  # once per space and data
-        settings["rankings"] = study_rankings(problem, opts.trial_timeout, opts.quiet)
+        settings["rankings"] = study_rankings(problem, opts.trial_timeout, opts.quiet, opts.sensitivity_budget or None)
         settings["rankings_for"] = [settings.get("space_hash"), problem.data_hash]
+    if warm is not None:
+        settings["warm_start"] = {"source": warm.source, "configs": len(warm.params),
+                                  "ranking_reused": bool(warm.rankings)}
     study = create_or_resume(opts.study, storage, study, settings, problem)
-    return StudyContext(study, settings, problem, opts.storage_url)
+    return StudyContext(study, settings, problem, opts.storage_url, warm.params if warm is not None else [])

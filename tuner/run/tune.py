@@ -15,7 +15,7 @@ from ..progress import TrialProgress
 from ..record import BASELINE, FAIL_REASON, RETRY_OF
 from ..search.enqueue import enqueue_initial
 from ..search.study import StudyContext
-from ..search.trials import best_feasible, latency_of
+from ..search.trials import best_feasible, latency_of, was_busy
 from ..storage import local_path
 from ..winner import select_winner
 from .claims import store_run_settings
@@ -115,6 +115,10 @@ def describe_result(result: TuneResult) -> list[str]:
                      f"[95% CI {lat['ci_low_ms']:.2f}, {lat['ci_high_ms']:.2f}]{speed}, {err or 'no requirement'}")
         lines.append(f"precision {winner['config'].get('precision')}, "
                      f"{len(winner['config'].get('keep_float', []))} nodes kept in float")
+        load = winner.get("load") or {}
+        if load.get("busy"):
+            lines.append(f"warning: the winner was chosen while other processes used {load['other_cores']:.1f} cores; "
+                         f"run `tuner select --study {study.study_name}` again on a quiet machine")
     elif study.user_attrs.get("winner", False) is None:  # selection ran and found nothing feasible
         best = study.user_attrs.get("best_effort")
         lines.append("no trial meets the requirement" + (
@@ -124,4 +128,8 @@ def describe_result(result: TuneResult) -> list[str]:
     bf = best_feasible(study)
     if bf is not None and (not winner or bf.number != winner["trial"]):
         lines.append(f"fastest feasible in the search: trial {bf.number}, {latency_of(bf):.2f} ms")
+    busy = sum(1 for t in study.get_trials(deepcopy=False) if was_busy(t))
+    if busy:
+        lines.append(f"warning: {busy} trial(s) were timed while other processes kept the machine busy "
+                     f"(tuner status --study {study.study_name} lists them; --when-busy wait holds timings back)")
     return lines

@@ -18,7 +18,7 @@ def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float 
                model: str | None = None, data: str | None = None, space: str | None = None,
                calib_data: str | None = None, allow_other_machine: bool = False, trial_timeout: float = 600.0,
                protocol: LatencyProtocol | None = None, quiet: bool = True, keep_engines: bool = False,
-               engines_dir: str | None = None) -> dict:
+               engines_dir: str | None = None, when_busy: str = "warn") -> dict:
     """`tuner worker`: run trials of an existing study until its budget (or this worker's) is spent."""
     if n_trials is not None and n_trials < 1:
         raise UserError(f"--n-trials {n_trials}: needs at least 1")
@@ -29,7 +29,7 @@ def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float 
     if protocol is None and ctx.study.user_attrs.get(PROTOCOL_ATTR):
         protocol = LatencyProtocol(**ctx.study.user_attrs[PROTOCOL_ATTR])
     opts = TuneOptions(study=name, storage=url, n_trials=n_trials, timeout=timeout, trial_timeout=trial_timeout,
-                       protocol=protocol, quiet=quiet, progress=not quiet, keep_engines=keep_engines,
+                       protocol=protocol, quiet=quiet, progress=not quiet, keep_engines=keep_engines, when_busy=when_busy,
                        engines_dir=engines_dir or os.path.join("tuner-engines", f"{name}-{worker_name().replace(':', '-')}"))
     budget = Budget(n_trials, timeout)
     with TrialProgress(n_trials, timeout, live=not quiet, quiet=quiet) as progress:

@@ -19,9 +19,10 @@ from optuna.trial import TrialState
 
 from ..evaluate import Evaluator
 from ..isolate import TrialFailure
+from ..search.enqueue import baseline_config
 from ..search.objective import Objective
 from ..search.study import StudyContext
-from ..search.trials import is_feasible, latency_of
+from ..search.trials import is_feasible, speed_key
 from .claims import TrialClaims
 from .join import join_study
 from .options import TuneOptions, engines_dir
@@ -65,8 +66,8 @@ class StopAfterNoImprovement:
         self.since = 0
 
     def __call__(self, study, trial) -> None:
-        if trial.state == TrialState.COMPLETE and is_feasible(trial) and latency_of(trial) < self.best:
-            self.best, self.since = latency_of(trial), 0
+        if trial.state == TrialState.COMPLETE and is_feasible(trial) and speed_key(trial) < self.best:
+            self.best, self.since = speed_key(trial), 0
         else:
             self.since += 1
         if self.since >= self.patience:
@@ -76,7 +77,9 @@ class StopAfterNoImprovement:
 def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: list, claims=None) -> None:
     """One trial per optimize call, each claimed from the budget first (heartbeats need optimize),
     then from the study-wide budget under a database lock (run.claims.TrialClaims)."""
-    evaluator = Evaluator(ctx.settings["spec"], opts.trial_timeout, opts.protocol, study=ctx.study.study_name)
+    paired = ctx.settings.get("timing") == "paired"
+    evaluator = Evaluator(ctx.settings["spec"], opts.trial_timeout, opts.protocol, study=ctx.study.study_name,
+                          baseline=baseline_config(ctx) if paired else None, when_busy=opts.when_busy)
     objective = Objective(ctx, evaluator, engines_dir(ctx.study.study_name, ctx.url, opts.engines_dir), opts.keep_engines)
     claims = claims or TrialClaims(ctx, budget)
     exhausted = getattr(ctx.study.sampler, "is_exhausted", None)  # the grid sampler's end

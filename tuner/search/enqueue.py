@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import UserError
 from ..record import BASELINE, ENQUEUED
-from ..space import Space, defaults_chooser, parse_set, trial_params
+from ..space import Space, defaults_chooser, normalize, parse_set, trial_params
 from .study import StudyContext
 
 BASELINE_ENQUEUED = "baseline_enqueued"
@@ -22,6 +22,13 @@ def baseline_params(ctx: StudyContext) -> dict:
     return params_for(p.space, p.graph_nodes, {}, ctx.settings["sampler"] == "grid", ctx.settings.get("rankings"))
 
 
+def baseline_config(ctx: StudyContext) -> dict:
+    """The config of the baseline (every parameter at its default: the backend's own choices), the one
+    paired timing measures each candidate against."""
+    p = ctx.problem
+    return normalize(p.space, defaults_chooser({}), p.graph_nodes, ctx.settings.get("rankings"))
+
+
 def parse_enqueue(ctx: StudyContext, items: list[str]) -> list[dict]:
     """The parameters of each --enqueue config, checked before anything is queued."""
     out = []
@@ -37,8 +44,9 @@ def parse_enqueue(ctx: StudyContext, items: list[str]) -> list[dict]:
 
 
 def enqueue_initial(ctx: StudyContext, extra: list[str]) -> None:
-    """Trial 0 is the backend's default configuration (once per study); then the greedy set of each
-    sensitivity ranking (once per ranking), then any --enqueue configs."""
+    """Trial 0 is the backend's default configuration (once per study); then another study's best
+    configs (--warm-start, its winner first), the greedy set of each sensitivity ranking (once per
+    ranking), then any --enqueue configs."""
     study, problem = ctx.study, ctx.problem
     grid = ctx.settings["sampler"] == "grid"
     rankings = ctx.settings.get("rankings")
@@ -46,6 +54,8 @@ def enqueue_initial(ctx: StudyContext, extra: list[str]) -> None:
     if not study.user_attrs.get(BASELINE_ENQUEUED):
         study.enqueue_trial(baseline_params(ctx), user_attrs={BASELINE: True})
         study.set_user_attr(BASELINE_ENQUEUED, True)
+    for i, params in enumerate(ctx.warm_params):
+        study.enqueue_trial(params, user_attrs={ENQUEUED: f"warm start {i + 1}"}, skip_if_exists=True)
     for name, r in (rankings or {}).items():
         if r["greedy_feasible"] and not study.user_attrs.get(f"greedy_enqueued/{r['table_key']}"):
             values = {"precision": r["route"]["precision"], f"{name}/top_k": r["cut"]}

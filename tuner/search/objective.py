@@ -13,7 +13,8 @@ from optuna.trial import TrialState
 
 from ..machine import same_machine
 from ..record import BUILD_KEY, CONFIG, FAIL_REASON, MACHINE, REUSED_FROM, TrialRecord
-from ..space import normalize, trial_chooser
+from ..space import normalize, route_choice, trial_chooser
+from .failures import BUILD_CONSTRAINT, KNOWN_FAILURE, is_deterministic, known_failure, record_failure
 from .samplers import grid_space
 from .study import StudyContext
 
@@ -53,6 +54,10 @@ class Objective:
         if prior is not None:
             trial.set_user_attr(REUSED_FROM, prior.user_attrs.get(REUSED_FROM, prior.number))
             return self._report(trial, TrialRecord.from_trial(prior).copied())
+        choice = route_choice(ctx.problem.space, config)
+        seen = known_failure(ctx.study, choice)
+        if seen is not None:
+            self._prune_known_failure(trial, seen)
         out_dir = os.path.join(self.engines_dir, f"trial-{trial.number}")
         try:
             rec = self.evaluator.measure(config, out_dir)
@@ -61,6 +66,8 @@ class Objective:
             raise
         except Exception as exc:
             trial.set_user_attr(FAIL_REASON, str(exc))
+            if is_deterministic(exc):
+                record_failure(ctx.study, choice, trial.number, str(exc))
             raise
         finally:
             if not self.keep_engines:
@@ -69,13 +76,23 @@ class Objective:
             rec.engine_dir = None
         return self._report(trial, rec)
 
+    def _prune_known_failure(self, trial: optuna.Trial, seen: dict):
+        """Not built again: pruned, and infeasible by every bound (TPE then ranks it last)."""
+        trial.set_user_attr(KNOWN_FAILURE, seen)
+        for bound in self.ctx.problem.requirement.violations({}):
+            trial.set_constraint(bound, 1e30)
+        trial.set_constraint(BUILD_CONSTRAINT, 1.0)
+        raise optuna.TrialPruned(f"this route failed to build in trial {seen['trial']}: {seen['reason']}")
+
     def _report(self, trial: optuna.Trial, rec: TrialRecord):
         for k, v in rec.to_attrs().items():
             trial.set_user_attr(k, v)
         for bound, value in rec.violations.items():
             trial.set_constraint(bound, value)
         error = min(float(rec.metrics.get(self.ctx.problem.requirement.primary_metric, 1e30)), 1e30)
-        values = {"latency": rec.median_ms, "error": error}
+        # Paired timing: the objective is the latency relative to the baseline timed in the same window.
+        latency = rec.relative_latency if rec.relative_latency is not None else rec.median_ms
+        values = {"latency": latency, "error": error}
         out = [values[o] for o in self.ctx.objectives]
         return out if len(out) > 1 else out[0]
 

@@ -16,6 +16,7 @@ from ..space import DEFAULT_SPACE
 SETTINGS_ATTR = "tuner_settings"
 OBJECTIVES = {"latency,error": ("latency", "error"), "latency": ("latency",)}
 SAMPLERS = ("tpe", "nsga2", "gp", "random", "grid", "fast", "full", "mixed")  # the last three: tuner.search.plan_samplers
+TIMINGS = ("paired", "alone")  # paired: each candidate timed alternately with the baseline (measure/paired.py)
 SPEC_FIELDS = ("space_path", "data", "calib_data", "shapes", "int_ranges", "require")
 
 
@@ -29,7 +30,7 @@ def _abs(path: str | None) -> str | None:
 
 
 def given_settings(model=None, space=None, data=None, calib_data=None, shapes=None, int_ranges=None, require=None,
-                   objectives=None, sampler=None, seed=None) -> dict:
+                   objectives=None, sampler=None, seed=None, timing=None) -> dict:
     """The settings the user gave on this call, in stored form (None: not given)."""
     given: dict = {}
     if model:
@@ -55,6 +56,10 @@ def given_settings(model=None, space=None, data=None, calib_data=None, shapes=No
         given["sampler"] = sampler
     if seed is not None:
         given["seed"] = seed
+    if timing:
+        if timing not in TIMINGS:
+            raise UserError(f"--timing {timing}: use one of {', '.join(TIMINGS)}")
+        given["timing"] = timing
     return given
 
 

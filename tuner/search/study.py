@@ -1,7 +1,7 @@
 """The Optuna study behind a tuning run: create or resume it with its settings and sampler."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import optuna
 
@@ -19,6 +19,7 @@ class StudyContext:
     settings: dict
     problem: Problem
     url: str
+    warm_params: list[dict] = field(default_factory=list)  # another study's configs to try first (--warm-start)
 
     @property
     def objectives(self) -> tuple[str, ...]:

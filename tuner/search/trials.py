@@ -12,7 +12,33 @@ def is_feasible(t) -> bool:
 
 
 def latency_of(t) -> float:
+    """The absolute median latency (ms) the trial measured."""
     return float(t.user_attrs.get("latency", {}).get("median_ms", float("inf")))
+
+
+def relative_of(t) -> float | None:
+    """Candidate / baseline timed in the same window (paired timing), or None for a trial timed alone."""
+    rel = t.user_attrs.get("relative")
+    return float(rel["ratio"]) if rel else None
+
+
+def speed_key(t) -> float:
+    """What ranks trials by speed: the paired ratio where there is one (load drift cancels in it), else ms."""
+    rel = relative_of(t)
+    return rel if rel is not None else latency_of(t)
+
+
+def speedup_of(t, base) -> float | None:
+    """How many times faster than the baseline: 1 / ratio from paired timing, else baseline ms / trial ms."""
+    rel = relative_of(t)
+    if rel is not None:
+        return 1.0 / rel if rel > 0 else None
+    return latency_of(base) / latency_of(t) if base is not None and latency_of(t) > 0 else None
+
+
+def was_busy(t) -> bool:
+    """Timed while other processes kept the machine busy (tuner.measure.load)."""
+    return bool((t.user_attrs.get("load") or {}).get("busy"))
 
 
 def completed(study: optuna.Study) -> list:
@@ -25,7 +51,7 @@ def baseline_trial(study: optuna.Study):
 
 def best_feasible(study: optuna.Study):
     feas = [t for t in completed(study) if is_feasible(t)]
-    return min(feas, key=latency_of) if feas else None
+    return min(feas, key=speed_key) if feas else None
 
 
 def closest_candidate(study: optuna.Study):
@@ -33,4 +59,18 @@ def closest_candidate(study: optuna.Study):
     done = completed(study)
     if not done:
         return None
-    return min(done, key=lambda t: (sum(max(0.0, v) for v in t.constraints.values()), latency_of(t)))
+    return min(done, key=lambda t: (sum(max(0.0, v) for v in t.constraints.values()), speed_key(t)))
+
+
+def analysis_cost(settings: dict) -> tuple[int, float]:
+    """(builds, seconds) the study's per-layer sensitivity analysis took (0 where it came from the cache)."""
+    rankings = (settings or {}).get("rankings") or {}
+    return (sum(r.get("analysis_builds", r.get("greedy_builds", 0)) for r in rankings.values()),
+            sum(r.get("analysis_s", 0.0) for r in rankings.values()))
+
+
+def work_line(trials: list, settings: dict) -> str:
+    """"N trials + M analysis builds, T s": everything the study built."""
+    builds, seconds = analysis_cost(settings)
+    extra = f" + {builds} analysis builds ({seconds:.0f} s)" if builds else ""
+    return f"{len(trials)} trials{extra}"

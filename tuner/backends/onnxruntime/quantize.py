@@ -20,7 +20,12 @@ ROUTE_DEFAULTS = {
     "dyn_per_channel": False, "dyn_reduce_range": False, "dyn_weight_type": "QInt8",
     "calibration_method": "MinMax", "static_per_channel": False, "activation_type": "QUInt8", "weight_type": "QInt8",
     "int4_accuracy_level": 0, "int4_block_size": 128, "fp16_keep_io_types": True, "fp16_block_list": "none",
+    "quant_op_types": "all",
 }
+# The op types the int8 routes quantize. `weights`: only the ops that carry weights, the usual int8
+# recipe for transformers; it keeps an attention mask's Add and Softmax out of calibration (a mask of
+# -inf gives the histogram calibrators "range [-inf, inf] is not finite"). `all`: ORT's own set.
+QUANT_OP_TYPES = {"weights": ["MatMul", "Gemm", "Conv"], "all": None}
 FP16_BLOCK_LISTS = {"none": [], "norms": ["LayerNormalization"], "norms_softmax": ["LayerNormalization", "Softmax"]}
 
 logging.getLogger("onnxruntime.quantization").setLevel(logging.ERROR)
@@ -83,19 +88,23 @@ def _apply(model, config, workdir, calib, cache_dir, calib_key) -> str:
         model = ensure_opset(model, 13 if config.get("dyn_per_channel") else 11)
         save_model(model, src)
         quantize_dynamic(src, out, per_channel=config["dyn_per_channel"], reduce_range=config["dyn_reduce_range"],
-                         weight_type=_qtype(config["dyn_weight_type"]), nodes_to_exclude=exclude)
+                         weight_type=_qtype(config["dyn_weight_type"]), nodes_to_exclude=exclude,
+                         op_types_to_quantize=QUANT_OP_TYPES[config["quant_op_types"]])
         return out
     if route == "int8-static":
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_static
 
         model = ensure_opset(model, 13)
         save_model(model, src)
-        method = config["calibration_method"]
-        # Tensor ranges depend only on the model, calibration data and method: computed once, reused.
-        cache = os.path.join(cache_dir, f"calib-{calib_key}-{method}.json")
+        method, op_types = config["calibration_method"], config["quant_op_types"]
+        # Tensor ranges depend only on the model, calibration data, method and the tensors ranged
+        # (the quantized op types): computed once, reused.
+        suffix = "" if op_types == "all" else f"-{op_types}"
+        cache = os.path.join(cache_dir, f"calib-{calib_key}-{method}{suffix}.json")
         quantize_static(src, out, BatchReader(calib) if not os.path.isfile(cache) else None, quant_format=QuantFormat.QDQ,
                         per_channel=config["static_per_channel"], activation_type=_qtype(config["activation_type"]),
                         weight_type=_qtype(config["weight_type"]), nodes_to_exclude=exclude,
+                        op_types_to_quantize=QUANT_OP_TYPES[op_types],
                         calibrate_method=getattr(CalibrationMethod, method), calibration_cache_path=cache)
         return out
     if route == "int4-weight":

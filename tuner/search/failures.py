@@ -1,0 +1,39 @@
+"""Routes that fail to build, learnt once: a build that raised for a route and its options is recorded
+in the study; later trials with the same choice are not built again but pruned as infeasible, which
+steers Optuna's samplers away from them (TPE ranks infeasible trials last)."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import optuna
+
+
+PREFIX = "route_failure/"
+KNOWN_FAILURE = "known_failure"  # trial attr: the failure a pruned trial was not built for
+BUILD_CONSTRAINT = "builds"  # the constraint a known failure violates, besides every requirement bound
+# Phases where an exception says nothing about the route (the problem, the lock, the timing itself).
+_NOT_THE_ROUTE = ("start-up", "loading the model and reference", "waiting for the timing lock", "timing")
+
+
+def failure_key(choice: dict) -> str:
+    return hashlib.sha256(json.dumps(choice, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def is_deterministic(failure: Exception) -> bool:
+    """An exception raised while building or checking the engine (not a timeout, not a crash)."""
+    return getattr(failure, "kind", None) == "error" and getattr(failure, "phase", "") not in _NOT_THE_ROUTE
+
+
+def known_failure(study: optuna.Study, choice: dict) -> dict | None:
+    return study.user_attrs.get(PREFIX + failure_key(choice))
+
+
+def record_failure(study: optuna.Study, choice: dict, trial_number: int, reason: str) -> None:
+    key = PREFIX + failure_key(choice)
+    if key not in study.user_attrs:
+        study.set_user_attr(key, {"trial": trial_number, "reason": reason, "choice": choice})
+
+
+def learnt_failures(study_attrs: dict) -> list[dict]:
+    return [v for k, v in study_attrs.items() if k.startswith(PREFIX)]
