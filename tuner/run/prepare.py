@@ -11,12 +11,13 @@ from ..errors import UserError
 from ..search.settings import check_data, check_inputs, given_settings, merge_settings, new_settings, problem_spec
 from ..search.study import StudyContext, create_or_resume, load_existing, stored_settings
 from ..sensitivity import study_rankings
-from ..storage import local_path, open_storage
+from ..storage import check_study_name, local_path, open_storage
 from .join import this_machine
 from .options import TuneOptions
 
 
 def open_study(opts: TuneOptions) -> StudyContext:
+    check_study_name(opts.study)
     path = local_path(opts.storage_url)
     fresh = path is not None and not os.path.exists(path)
     try:
