@@ -85,6 +85,7 @@ class Backend(Protocol):
 
 # Optional: `node_times(model, batches, workdir) -> {node name: share of the run time}` for the
 # sensitivity profile; backends without a per-node profiler leave it out.
+# Optional: `why_unknown(parameter) -> str`, what is wrong with a parameter knows() refused (one phrase).
 
 
 # name -> (module, class, the pip extra or package that brings its library)
