@@ -8,6 +8,7 @@ import os
 from dataclasses import asdict
 
 from ..errors import UserError
+from ..search.enqueue import parse_enqueue
 from ..search.settings import check_data, check_inputs, given_settings, merge_settings, new_settings, problem_spec
 from ..search.study import StudyContext, create_or_resume, load_existing, stored_settings
 from ..sensitivity import study_rankings
@@ -20,6 +21,8 @@ def open_study(opts: TuneOptions) -> StudyContext:
     check_study_name(opts.study)
     path = local_path(opts.storage_url)
     fresh = path is not None and not os.path.exists(path)
+    parent = os.path.dirname(path) if path else ""
+    new_parent = bool(parent) and not os.path.exists(parent)
     try:
         return _open_study(opts)
     except UserError:
@@ -27,6 +30,9 @@ def open_study(opts: TuneOptions) -> StudyContext:
             for leftover in (path, f"{path}-wal", f"{path}-shm"):
                 with contextlib.suppress(OSError):
                     os.remove(leftover)
+        if new_parent:
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)  # only if empty: studies/ made by this call
         raise
 
 
@@ -36,18 +42,20 @@ def _open_study(opts: TuneOptions) -> StudyContext:
     study = load_existing(opts.study, storage)
     stored = stored_settings(study)
     settings = merge_settings(opts.study, stored, given, opts.force) if stored else new_settings(given)
-    if stored and not opts.force:
-        check_inputs(opts.study, settings)
+    if stored:
+        check_inputs(opts.study, settings, opts.force)
     problem = problem_spec(settings).load()  # validates model, data, space and requirement before any write
-    if stored and not opts.force:
+    if stored:
         check_data(opts.study, stored, problem.data_hash)
     settings["data_hash"] = problem.data_hash
     settings["spec"] = asdict(problem_spec(settings))
     settings["encoding"] = {o.name: o.encoding for o in problem.space.overrides}
     settings["backend"] = ",".join(problem.space.backends)  # part of every build key
+    settings["notes"] = problem.notes  # the report says them too
     settings.setdefault("machine", this_machine(problem.space))
     if settings.get("rankings_for") != [settings.get("space_hash"), problem.data_hash]:  # once per space and data
         settings["rankings"] = study_rankings(problem, opts.trial_timeout, opts.quiet)
         settings["rankings_for"] = [settings.get("space_hash"), problem.data_hash]
+    parse_enqueue(problem, settings, opts.enqueue)  # refused here, before the study exists
     study = create_or_resume(opts.study, storage, study, settings, problem)
     return StudyContext(study, settings, problem, opts.storage_url)
