@@ -12,6 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ..measure.requirement import Requirement
 from ..search.settings import SETTINGS_ATTR
 from ..search.trials import is_feasible, latency_of
+from .finalists import finalist_rows
 
 LAYER_PREFIX_SEP = "/"
 
@@ -224,6 +225,8 @@ def summary_rows(study) -> list[tuple[str, str]]:
                      if winner.get("speedup") and base_conf else "n/a"))
         rows.append(("winner error", f"{view.primary_metric} {err:.3g}" + (
             f" (limit {view.bounds[0][1]:g})" if view.bounds else "") if err is not None else "n/a"))
+        rows += [(f"finalist {label}" if label != "tie" else "tie within noise", text)
+                 for label, text in finalist_rows(winner)]
     else:
         if "winner" in view.user_attrs:
             best = view.user_attrs.get("best_effort")
@@ -244,6 +247,7 @@ def summary_rows(study) -> list[tuple[str, str]]:
                    for t in trials if t.datetime_start and t.datetime_complete)
         rows.append(("total tuning time", f"{_fmt_s((max(ends) - min(starts)).total_seconds())} from the first trial's "
                                           f"start to the last trial's end ({_fmt_s(busy)} inside trials)"))
+    rows += [("note", note) for note in s.get("notes") or []]
     running = by_state.get("running", 0)
     if running:
         rows.append(("note", f"{running} trial(s) running: the study is still being tuned; this report is a snapshot"))
