@@ -9,7 +9,7 @@ import sys
 from .demo import write_demo_model
 from .errors import UserError
 from .evaluate import Evaluator
-from .export_files import MANIFEST
+from .export_files import MANIFEST, check_out_dir
 from .isolate import TrialFailure
 from .measure.latency import LatencyProtocol
 from .model import input_specs, load_model
@@ -116,6 +116,7 @@ def cmd_select(args) -> int:
 
 
 def cmd_export(args) -> int:
+    check_out_dir(args.out, args.force)  # before anything loads: a refusal is the only line
     study = load_study(args.study, args.storage or default_url(args.study))
     problem = study_problem(study)
     print_notes(problem.notes)
