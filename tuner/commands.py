@@ -11,7 +11,7 @@ from .errors import UserError
 from .evaluate import Evaluator
 from .export_files import MANIFEST, check_out_dir
 from .isolate import TrialFailure
-from .measure.latency import LatencyProtocol
+from .measure.latency import LatencyProtocol, steady
 from .model import input_specs, load_model
 from .problem import config_from_sets, load_problem, print_notes
 from .report.charts import sensitivity_figure
@@ -70,12 +70,14 @@ def cmd_evaluate(args) -> int:
     with open(os.path.join(args.out, "result.json"), "w") as f:
         json.dump(rec, f, indent=2, default=str)
     lat = rec["latency"]
+    unsteady = (f"  (not converged: the runs differ, p90 is {lat['p90_ms'] / lat['p10_ms']:.1f}x p10)"
+                if lat["p10_ms"] > 0 and not steady(lat["p10_ms"], lat["p90_ms"]) else "  (not converged)")
     print(f"config   {json.dumps({k: v for k, v in config.items() if k != 'keep_float'})}")
     if config.get("keep_float"):
         print(f"kept in float: {len(config['keep_float'])} nodes")
     print(f"latency  median {lat['median_ms']:.3f} ms  p10 {lat['p10_ms']:.3f}  p90 {lat['p90_ms']:.3f}  "
           f"mean {lat['mean_ms']:.3f}  std {lat['std_ms']:.3f}  n={lat['count']}  "
-          f"95% CI [{lat['ci_low_ms']:.3f}, {lat['ci_high_ms']:.3f}]{'' if lat['converged'] else '  (not converged)'}")
+          f"95% CI [{lat['ci_low_ms']:.3f}, {lat['ci_high_ms']:.3f}]{'' if lat['converged'] else unsteady}")
     print(f"build    {rec['build_s']:.2f} s, engine {rec['engine_bytes'] / 1e6:.2f} MB in {rec['engine_dir']}")
     print("metrics  " + "  ".join(f"{k}={v:.4g}" for k, v in rec["metrics"].items()))
     if problem.requirement.bounds:
