@@ -37,6 +37,6 @@ def select(study: str, storage: str | None = None, top_k: int = 3) -> dict | Non
     return select_winner(s, study_problem(s), top_k)
 
 
-def export(study: str, out: str, storage: str | None = None, best_effort: bool = False) -> dict:
+def export(study: str, out: str, storage: str | None = None, best_effort: bool = False, force: bool = False) -> dict:
     s = _load_study(study, storage or default_url(study))
-    return export_winner(s, study_problem(s), out, best_effort)
+    return export_winner(s, study_problem(s), out, best_effort, force=force)

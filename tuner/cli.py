@@ -11,12 +11,32 @@ from .errors import UserError
 
 
 def parse_duration(text: str) -> float:
-    """'90', '90s', '30m', '2h', '1h30m' -> seconds."""
-    m = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*", text or "")
-    if not text or not m or not any(m.groups()):
+    """'90', '90s', '30m', '2h', '1h30m' -> seconds; a negative or zero duration is refused."""
+    m = re.fullmatch(r"\s*(-)?\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*", text or "")
+    if not text or not m or not any(m.groups()[1:]):
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration; write e.g. 90s, 30m, 2h or 1h30m")
-    h, mi, se = (float(g) if g else 0.0 for g in m.groups())
-    return h * 3600 + mi * 60 + se
+    h, mi, se = (float(g) if g else 0.0 for g in m.groups()[1:])
+    seconds = h * 3600 + mi * 60 + se
+    if m.group(1) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration must be more than zero; write e.g. 90s, 30m, 2h or 1h30m")
+    return seconds
+
+
+DURATION_OPTIONS = ("--timeout", "--trial-timeout")
+
+
+def _normalize_argv(argv: list[str]) -> list[str]:
+    """argparse reads `--timeout -5m` as two options ("expected one argument"): join them, so the
+    duration check says what is wrong. trtexec's `--shapes` is read as --shape, whose check hints the syntax."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in DURATION_OPTIONS and re.match(r"-\d", arg):
+            out[-1] = f"{out[-1]}={arg}"
+        elif arg == "--shapes" or arg.startswith("--shapes="):
+            out.append("--shape" + arg[len("--shapes"):])
+        else:
+            out.append(arg)
+    return out
 
 
 def _positive_int(text: str) -> int:
@@ -25,63 +45,91 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: needs a number of seconds above 0, e.g. 10")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments get one line (what is wrong, where the options are listed), not the usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def _add_problem_args(p: argparse.ArgumentParser, model_optional: bool = False) -> None:
     if model_optional:
-        p.add_argument("model", nargs="?", help="path of the .onnx model (needed to create a study; a resume takes the stored one)")
+        p.add_argument("model", nargs="?", help="path of the .onnx model (needed to create a study; default on resume: the stored one)")
     else:
         p.add_argument("model", help="path of the .onnx model")
     p.add_argument("--space", help="space file (YAML); default: search_spaces/onnxruntime-cpu.yaml")
-    p.add_argument("--data", help=".npz with one array per input, leading axis = batches")
+    p.add_argument("--data", help=".npz with one array per input, leading axis = batches (default: synthetic inputs, "
+                                  "floats standard normal, integers from --int-range)")
     p.add_argument("--calib-data", help=".npz of calibration batches (default: the first validation batches)")
-    p.add_argument("--shape", action="append", help="shape of a dynamic input, e.g. input_ids=8x128 (repeatable)")
-    p.add_argument("--int-range", action="append", help="value range of an integer input for synthetic data, e.g. input_ids=0:30522")
-    p.add_argument("--require", action="append", help="accuracy requirement, e.g. 'cos<=0.005' (repeatable, or comma-separated)")
+    p.add_argument("--shape", action="append", metavar="NAME=DIMS",
+                   help="shape of a dynamic input, e.g. input_ids=8x128 (repeatable; default: the model's static shapes)")
+    p.add_argument("--int-range", action="append", metavar="NAME=LOW:HIGH",
+                   help="value range of an integer input for synthetic data, e.g. input_ids=0:30522 (default: none; "
+                        "integer inputs need one without --data)")
+    p.add_argument("--require", action="append", help="accuracy requirement, e.g. 'cos<=0.005' (repeatable, or "
+                                                      "comma-separated; default: none, every trial counts as feasible)")
 
 
 def _add_study_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--study", required=True, help="study name")
+    p.add_argument("--study", required=True, help="study name: letters, digits, '.', '_', '-' (required)")
     p.add_argument("--storage", help="storage URL (default sqlite:///studies/NAME.db; journal:///FILE.log; postgresql+psycopg://...)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="tuner", description="Find the fastest engine of an ONNX model that meets its accuracy requirement.")
+    ap = _Parser(prog="tuner", description="Find the fastest engine of an ONNX model that meets its accuracy requirement.")
     ap.add_argument("--version", action="version", version=f"engine-tuner {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo-model", help="write the built-in demo transformer encoder")
     p.add_argument("--out", default="demo.onnx", help="output path (default demo.onnx)")
-    p.add_argument("--outliers", type=int, default=0, help="plant outlier features in this many blocks")
+    p.add_argument("--outliers", type=int, default=0, help="plant outlier features in this many blocks (default 0)")
     p.set_defaults(run="cmd_demo_model")
     p = sub.add_parser("space", help="print the space a model gets: parameters, defaults, per-layer parameters")
     p.add_argument("model", help="path of the .onnx model")
-    p.add_argument("--space", help="space file (YAML)")
+    p.add_argument("--space", help="space file (YAML); default: search_spaces/onnxruntime-cpu.yaml")
     p.add_argument("--limit", type=int, default=20, help="per-layer parameters to list (default 20)")
     p.set_defaults(run="cmd_space")
     p = sub.add_parser("evaluate", help="build one candidate engine and measure latency and accuracy")
     _add_problem_args(p)
-    p.add_argument("--set", action="append", help="parameter value, e.g. precision=int8-dynamic (repeatable)")
+    p.add_argument("--set", action="append", help="parameter value, e.g. precision=int8-dynamic (repeatable; "
+                                                  "default: every parameter at its default)")
     p.add_argument("--out", default="tuner-out", help="directory for the engine artifact (default tuner-out)")
     p.set_defaults(run="cmd_evaluate")
     p = sub.add_parser("tune", help="run or resume a study: search for the fastest engine that meets the requirement")
     _add_problem_args(p, model_optional=True)
     _add_study_args(p)
-    p.add_argument("--n-trials", type=int, help="trials to run in this call")
+    p.add_argument("--n-trials", type=int, help="trials to run in this call (default: no limit; give it, --timeout or --max-trials)")
     p.add_argument("--max-trials", type=_positive_int, metavar="N",
-                   help="study-wide budget, stored in the study: every `tuner worker` stops once N trials finished")
-    p.add_argument("--timeout", type=parse_duration, help="stop starting trials after this long, e.g. 2h, 30m")
+                   help="study-wide budget, stored in the study: every `tuner worker` stops once N trials finished "
+                        "(default: none)")
+    p.add_argument("--timeout", type=parse_duration, help="stop starting trials after this long, e.g. 2h, 30m (default: no limit)")
     p.add_argument("--objectives", help="latency,error (default: a Pareto front) or latency")
     p.add_argument("--sampler", help="tpe (default), nsga2, gp, random, grid, or TensorRT's tuning strategies for any "
                                      "backend: fast (the defaults, then one knob changed at a time), full (every "
                                      "combination) or mixed (fast, then full over the knobs that helped)")
-    p.add_argument("--seed", type=int, help="sampler seed")
-    p.add_argument("--enqueue", action="append", help="a known config to try early, e.g. precision=int8-dynamic,dyn_per_channel=true (repeatable)")
-    p.add_argument("--force", action="store_true", help="accept changed settings (model, space, data, requirement) for an existing study")
+    p.add_argument("--seed", type=int, help="sampler seed (default: none, a random start)")
+    p.add_argument("--enqueue", action="append", help="a known config to try early, e.g. precision=int8-dynamic,dyn_per_channel=true "
+                                                      "(repeatable; default: only the baseline)")
+    p.add_argument("--force", action="store_true", help="accept changed settings (space, requirement, sampler) for an "
+                                                        "existing study; a changed model or data needs a new study "
+                                                        "(default: refuse any change)")
     p.add_argument("--trial-timeout", type=parse_duration, default=600.0, help="time limit of one trial's build and measurement (default 600 s)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="worker processes on this study (default 1): builds run in parallel, timing one at a time")
-    p.add_argument("--stop-after-no-improvement", type=int, metavar="N", help="stop after N trials without a better feasible latency")
-    p.add_argument("--top-k", type=int, default=3, help="candidates re-timed side by side to pick the winner (default 3)")
-    p.add_argument("--no-select", action="store_true", help="skip the winner selection at the end")
-    p.add_argument("--max-timing-s", type=float, help="cap on one candidate's timing, seconds (default 10)")
+    p.add_argument("--stop-after-no-improvement", type=_positive_int, metavar="N",
+                   help="stop after N trials without a better feasible latency (default: never)")
+    p.add_argument("--top-k", type=_positive_int, default=3, help="candidates re-timed side by side to pick the winner (default 3)")
+    p.add_argument("--no-select", action="store_true", help="skip the winner selection at the end (default: select)")
+    p.add_argument("--max-timing-s", type=_positive_float, help="cap on one candidate's timing, seconds (default 10)")
     p.add_argument("--timing", choices=["paired", "alone"],
                    help="paired: time each candidate alternately with the baseline and rank by the ratio (default on "
                         "CPU backends; stored in the study); alone: time each candidate by itself")
@@ -95,18 +143,23 @@ def build_parser() -> argparse.ArgumentParser:
                         "layer groups are ranked first, then the layers inside the groups that matter")
     p.add_argument("--keep-engines", action="store_true", help="keep every trial's engine on disk (default: none kept; export rebuilds)")
     p.add_argument("--engines-dir", help="where trial engines are built (default next to the study database)")
-    p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial")
+    p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
     p.set_defaults(run="cmd_tune")
     p = sub.add_parser("select", help="re-time the top feasible trials side by side and store the confirmed winner")
     _add_study_args(p)
-    p.add_argument("--top-k", type=int, default=3, help="candidates to compare (default 3)")
+    p.add_argument("--top-k", type=_positive_int, default=3, help="candidates to compare (default 3)")
     p.set_defaults(run="cmd_select")
     p = sub.add_parser("export", help="write the winner: engine, config.json, report.json")
     _add_study_args(p)
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--best-effort", action="store_true", help="with no feasible trial, export the closest candidate")
+    p.add_argument("--out", required=True, help="output folder, new or empty (no default)")
+    p.add_argument("--force", action="store_true",
+                   help="write into a non-empty --out, replacing only the files an earlier export wrote there "
+                        "(listed in its export-manifest.json); other files are kept (default: refuse)")
+    p.add_argument("--best-effort", action="store_true",
+                   help="with no feasible trial, export the closest candidate (default: refuse)")
     p.add_argument("--no-verify", action="store_true",
-                   help="skip the closing check (tuner verify: the exported engine against the defaults in a fresh process)")
+                   help="skip the closing check (tuner verify: the exported engine against the defaults in a fresh "
+                        "process; default: verify)")
     p.set_defaults(run="cmd_export")
     p = sub.add_parser("verify", help="re-time the winner against the backend's defaults in a fresh process, as a user "
                                       "checking the claim would, and print both figures")
@@ -116,25 +169,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="trials by state, best feasible, winner, Pareto set, disk use")
     _add_study_args(p)
     p.set_defaults(run="cmd_status")
-    p = sub.add_parser("studies", help="list the studies of a storage (default: studies/*.db)")
-    p.add_argument("--storage", help="storage URL")
+    p = sub.add_parser("studies", help="list the studies of a storage (default: studies/*.db and tuner-demo/*.db)")
+    p.add_argument("--storage", help="storage URL (default: every studies/*.db and tuner-demo/*.db)")
     p.set_defaults(run="cmd_studies")
     p = sub.add_parser("demo", help="write the demo model, tune it, select and export the winner, write the report")
     p.add_argument("--dir", default="tuner-demo", help="where the model, study and winner go (default tuner-demo)")
     p.add_argument("--n-trials", type=int, default=30, help="trials (default 30, a few minutes on 2 cores)")
-    p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial")
+    p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
     p.set_defaults(run="cmd_demo")
     p = sub.add_parser("sensitivity", help="rank the per-layer candidates of a quantizing route by the error they cause")
     _add_problem_args(p)
     p.add_argument("--route", default="int8-dynamic", help="quantizing route (default int8-dynamic; int8-static, int4-weight)")
-    p.add_argument("--set", action="append", help="route option, e.g. dyn_per_channel=true (repeatable)")
-    p.add_argument("--groups", metavar="PATTERN", help="rank groups of nodes by a regex with one capture group, e.g. '^(block\\d+)/'")
-    p.add_argument("--greedy", action="store_true", help="also run the greedy pass: the smallest float set that meets --require")
+    p.add_argument("--set", action="append", help="route option, e.g. dyn_per_channel=true (repeatable; default: the route's defaults)")
+    p.add_argument("--groups", metavar="PATTERN", help="rank groups of nodes by a regex with one capture group, e.g. "
+                                                       "'^(block\\d+)/' (default: one candidate per node)")
+    p.add_argument("--greedy", action="store_true",
+                   help="also run the greedy pass: the smallest float set that meets --require (default: ranking only)")
     p.add_argument("--budget", type=int, default=0, metavar="BUILDS",
                    help="cap on the analysis's builds (default 0: no cap): groups first, then layers inside the top groups")
     p.add_argument("--limit", type=int, default=30, help="rows to print (default 30; the files have all)")
     p.add_argument("--out", metavar="PREFIX", help="write PREFIX.csv and PREFIX.json (default sensitivity-MODEL)")
-    p.add_argument("--html", action="store_true", help="also write PREFIX.html, a bar chart of the ranking")
+    p.add_argument("--html", action="store_true", help="also write PREFIX.html, a bar chart of the ranking (default: off)")
     p.set_defaults(run="cmd_sensitivity")
     p = sub.add_parser(
         "report", help="write a self-contained HTML report of a study (works offline)",
@@ -157,41 +212,41 @@ def _add_routes_parser(sub) -> None:
                     "as a table, as JSON, as space-file lines, or checked against a space file's route/ parameters.")
     p.add_argument("model", nargs="?", help="the model (optional: the database belongs to the installed TensorRT "
                                             "and GPU, and is the same for every model)")
-    p.add_argument("--knob", help="one knob, with or without its leading dash")
-    p.add_argument("--json", action="store_true", help="print the JSON as IBuilderConfig.all_build_routes returns it")
-    p.add_argument("--yaml", nargs="*", metavar="KNOB", help="space-file parameters for these knobs (all if none named)")
-    p.add_argument("--space", help="check a space file's route/ parameters against the database")
-    p.add_argument("--from-file", metavar="JSON", help="read a saved database (tuner routes --json > FILE) instead of TensorRT")
+    p.add_argument("--knob", help="one knob, with or without its leading dash (default: every knob)")
+    p.add_argument("--json", action="store_true", help="print the JSON as IBuilderConfig.all_build_routes returns it (default: a table)")
+    p.add_argument("--yaml", nargs="*", metavar="KNOB", help="space-file parameters for these knobs (default when none named: all)")
+    p.add_argument("--space", help="check a space file's route/ parameters against the database (default: no check)")
+    p.add_argument("--from-file", metavar="JSON", help="read a saved database (tuner routes --json > FILE) instead of TensorRT (default: ask the installed TensorRT)")
     p.set_defaults(run="cmd_routes")
 
 
 def _add_cluster_parsers(sub) -> None:
     p = sub.add_parser("worker", help="join an existing study (any host, one database) and run its trials")
-    p.add_argument("--study", required=True, help="study name")
-    p.add_argument("--storage", required=True, help="storage URL, e.g. postgresql+psycopg://user:pw@host:5432/db")
+    p.add_argument("--study", required=True, help="study name (required)")
+    p.add_argument("--storage", required=True, help="storage URL, e.g. postgresql+psycopg://user:pw@host:5432/db (required)")
     p.add_argument("--n-trials", type=_positive_int, help="at most this many trials from this worker (default: no limit)")
     p.add_argument("--timeout", type=parse_duration, help="stop starting trials after this long, e.g. 2h (default: no limit)")
-    p.add_argument("--model", help="the study's model file here, where its stored path differs (same content)")
-    p.add_argument("--data", help="the study's validation .npz here, where its stored path differs")
-    p.add_argument("--calib-data", help="the study's calibration .npz here, where its stored path differs")
-    p.add_argument("--space", help="the study's space file here, where its stored path differs")
+    p.add_argument("--model", help="the study's model file here, where its stored path differs (same content; default: the stored path)")
+    p.add_argument("--data", help="the study's validation .npz here, where its stored path differs (default: the stored path)")
+    p.add_argument("--calib-data", help="the study's calibration .npz here, where its stored path differs (default: the stored path)")
+    p.add_argument("--space", help="the study's space file here, where its stored path differs (default: the stored path)")
     p.add_argument("--allow-other-machine", action="store_true",
-                   help="join although this machine differs from the study's (it gets its own baseline)")
+                   help="join although this machine differs from the study's (it gets its own baseline; default: refuse)")
     p.add_argument("--trial-timeout", type=parse_duration, default=600.0, help="time limit of one trial (default 600 s)")
-    p.add_argument("--max-timing-s", type=float, help="cap on one candidate's timing (default: the study's)")
+    p.add_argument("--max-timing-s", type=_positive_float, help="cap on one candidate's timing (default: the study's)")
     p.add_argument("--when-busy", choices=["warn", "wait"], default="warn",
                    help="when other processes keep the machine busy: warn (default: mark the trial) or wait for quiet")
-    p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial")
+    p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
     p.set_defaults(run="cmd_worker")
     p = sub.add_parser("migrate", help="copy studies between storages, e.g. a SQLite file to PostgreSQL")
-    p.add_argument("--from", dest="from_url", required=True, help="source storage URL")
-    p.add_argument("--to", dest="to_url", required=True, help="target storage URL")
+    p.add_argument("--from", dest="from_url", required=True, help="source storage URL (required)")
+    p.add_argument("--to", dest="to_url", required=True, help="target storage URL (required)")
     p.add_argument("--study", help="only this study (default: all)")
     p.set_defaults(run="cmd_migrate")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_normalize_argv(sys.argv[1:] if argv is None else argv))
     try:
         commands = importlib.import_module(".commands", __package__)  # the heavy libraries load here
         return getattr(commands, args.run)(args)

@@ -9,10 +9,11 @@ import sys
 from .demo import write_demo_model
 from .errors import UserError
 from .evaluate import Evaluator
+from .export_files import MANIFEST, check_out_dir
 from .isolate import TrialFailure
-from .measure.latency import LatencyProtocol
-from .model import load_model
-from .problem import config_from_sets, load_problem
+from .measure.latency import LatencyProtocol, steady
+from .model import input_specs, load_model
+from .problem import config_from_sets, load_problem, print_notes
 from .report.charts import sensitivity_figure
 from .report.html import write_report
 from .report.status import status_lines, studies_rows
@@ -38,6 +39,11 @@ def cmd_space(args) -> int:
     space = load_space(args.space)
     model = load_model(args.model)
     nodes = [(n.name, n.op_type) for n in model.graph.node]
+    print(f"inputs of {args.model}:")
+    for spec in input_specs(model):
+        dims = ", ".join(str(d) if isinstance(d, int) else f"{d or '?'} (dynamic)" for d in spec.shape)
+        fix = f"; give --shape {spec.name}=" + "x".join(str(d) if isinstance(d, int) else "N" for d in spec.shape) if spec.is_dynamic else ""
+        print(f"  {spec.name:28s} {str(spec.dtype):11s} [{dims}]{fix}")
     print(f"space {space.name} ({space.path}), backend {space.backend}")
     for p in space.params:
         rng = p.choices if p.choices is not None else f"[{p.low}, {p.high}]"
@@ -56,6 +62,7 @@ def cmd_space(args) -> int:
 def cmd_evaluate(args) -> int:
     problem = load_problem(args.model, args.space, args.data, args.calib_data, args.shape, args.int_range, args.require)
     config = config_from_sets(problem, args.set)
+    print_notes(problem.notes)
     with Evaluator(problem.spec) as evaluator:
         try:
             record = evaluator.measure(config, args.out)
@@ -65,12 +72,14 @@ def cmd_evaluate(args) -> int:
     with open(os.path.join(args.out, "result.json"), "w") as f:
         json.dump(rec, f, indent=2, default=str)
     lat = rec["latency"]
+    unsteady = (f"  (not converged: the runs differ, p90 is {lat['p90_ms'] / lat['p10_ms']:.1f}x p10)"
+                if lat["p10_ms"] > 0 and not steady(lat["p10_ms"], lat["p90_ms"]) else "  (not converged)")
     print(f"config   {json.dumps({k: v for k, v in config.items() if k != 'keep_float'})}")
     if config.get("keep_float"):
         print(f"kept in float: {len(config['keep_float'])} nodes")
     print(f"latency  median {lat['median_ms']:.3f} ms  p10 {lat['p10_ms']:.3f}  p90 {lat['p90_ms']:.3f}  "
           f"mean {lat['mean_ms']:.3f}  std {lat['std_ms']:.3f}  n={lat['count']}  "
-          f"95% CI [{lat['ci_low_ms']:.3f}, {lat['ci_high_ms']:.3f}]{'' if lat['converged'] else '  (not converged)'}")
+          f"95% CI [{lat['ci_low_ms']:.3f}, {lat['ci_high_ms']:.3f}]{'' if lat['converged'] else unsteady}")
     print(f"build    {rec['build_s']:.2f} s, engine {rec['engine_bytes'] / 1e6:.2f} MB in {rec['engine_dir']}")
     print("metrics  " + "  ".join(f"{k}={v:.4g}" for k, v in rec["metrics"].items()))
     if problem.requirement.bounds:
@@ -100,8 +109,10 @@ def cmd_tune(args) -> int:
 
 def cmd_select(args) -> int:
     study = load_study(args.study, args.storage or default_url(args.study))
+    problem = study_problem(study)
+    print_notes(problem.notes)
     try:
-        winner = select_winner(study, study_problem(study), args.top_k)
+        winner = select_winner(study, problem, args.top_k)
     except TrialFailure as exc:
         raise UserError(f"selecting the winner failed: {exc}") from None
     for line in describe_result(TuneResult(study, winner, 0)):
@@ -110,13 +121,17 @@ def cmd_select(args) -> int:
 
 
 def cmd_export(args) -> int:
+    check_out_dir(args.out, args.force)  # before anything loads: a refusal is the only line
     study = load_study(args.study, args.storage or default_url(args.study))
+    problem = study_problem(study)
+    print_notes(problem.notes)
     try:
-        rep = export_winner(study, study_problem(study), args.out, args.best_effort)
+        rep = export_winner(study, problem, args.out, args.best_effort, force=args.force)
     except TrialFailure as exc:
         raise UserError(f"rebuilding the winner failed: {exc}") from None
     speed = f", {rep['speedup_vs_baseline']:.2f}x the baseline" if rep.get("speedup_vs_baseline") else ""
-    print(f"{rep['kind']} (trial {rep['trial']}) written to {args.out}: engine/, config.json, report.json{speed}; "
+    print(f"{rep['kind']} (trial {rep['trial']}) written to {args.out}: engine/, config.json, report.json, "
+          f"{MANIFEST}{speed}; "
           f"requirement {rep['requirement'] or 'none'} {'holds' if rep['meets_requirement'] else 'is NOT met'} on the rebuilt engine")
     if not rep["rebuilt_matches_stored"]:
         print("warning: the rebuilt engine's error differs from the stored one by more than 5%", file=sys.stderr)
@@ -179,7 +194,7 @@ def cmd_demo(args) -> int:
     for line in describe_result(result):
         print(line)
     out = os.path.join(args.dir, "winner")
-    rep = export_winner(result.study, study_problem(result.study), out, best_effort=result.winner is None)
+    rep = export_winner(result.study, study_problem(result.study), out, best_effort=result.winner is None, force=True)
     print(f"exported the {rep['kind']} to {out}/ (engine/, config.json, report.json)")
     page = write_report(result.study, os.path.join(args.dir, "report.html"), storage)
     print(f"report: {page}  (Pareto front, history, importances, per-layer map)")
@@ -193,6 +208,7 @@ def cmd_sensitivity(args) -> int:
     if args.groups:
         override = dataclasses.replace(override, granularity="group", group_pattern=args.groups)
     route = {"precision": args.route} | parse_set(args.set, problem.space)
+    print_notes(problem.notes)
     progress = (lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True)) if sys.stderr.isatty() else (lambda m: None)
     evaluator = Evaluator(problem.spec, persistent=True)
     table = analyze(problem, route, override, evaluator, progress, args.budget or None)

@@ -30,6 +30,19 @@ def parse_int_ranges(items: list[str] | None) -> dict[str, tuple[int, int]]:
     return ranges
 
 
+def check_int_ranges(ranges: dict[str, tuple[int, int]], specs: list[TensorSpec]) -> dict[str, tuple[int, int]]:
+    """Each --int-range names an integer input of the model (floats are drawn standard normal)."""
+    by_name = {s.name: s for s in specs}
+    for name, (lo, hi) in ranges.items():
+        spec = by_name.get(name)
+        if spec is None:
+            raise UserError(f"--int-range {name}={lo}:{hi}: the model has no input {name!r}; its inputs are {sorted(by_name)}")
+        if not np.issubdtype(spec.dtype, np.integer):
+            raise UserError(f"--int-range {name}={lo}:{hi}: input {name!r} is {np.dtype(spec.dtype)}, not an integer "
+                            "input (synthetic floats are standard normal); give real inputs with --data FILE.npz")
+    return ranges
+
+
 def synthetic_batches(
     specs: list[TensorSpec],
     shapes: dict[str, tuple[int, ...]],

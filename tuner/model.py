@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,10 +77,25 @@ def output_specs(model: onnx.ModelProto) -> list[TensorSpec]:
     return [_value_spec(v) for v in model.graph.output]
 
 
+def _foreign_shape_hint(item: str) -> str | None:
+    """trtexec's `x:8x64x256` (comma-separated for several) and Polygraphy's `x:[8,64,256]`, in this tool's syntax."""
+    fixed = []
+    for part in re.split(r",(?![^\[]*\])", item):  # commas inside [...] belong to a Polygraphy shape
+        m = re.fullmatch(r"\s*([^=:\s]+):\s*(?:\[([\d,\s]+)\]|(\d+(?:x\d+)*))\s*", part)
+        if not m:
+            return None
+        dims = [d.strip() for d in m.group(2).split(",")] if m.group(2) else m.group(3).split("x")
+        fixed.append(f"--shape {m.group(1)}={'x'.join(dims)}")
+    return " ".join(fixed)
+
+
 def parse_shape_profile(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     """`["input_ids=8x128", ...]` -> {"input_ids": (8, 128)}."""
     shapes: dict[str, tuple[int, ...]] = {}
     for item in items or []:
+        hint = _foreign_shape_hint(item) if "=" not in item else None
+        if hint:
+            raise UserError(f"--shape {item!r}: NAME:DIMS is trtexec's and Polygraphy's syntax; here it is {hint}")
         name, sep, dims = item.partition("=")
         try:
             if not sep or not name:

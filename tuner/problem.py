@@ -5,14 +5,17 @@ requirements and backends get one line each). Nothing here builds or times an en
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
 
 from . import data as data_mod
 from .backends.base import available_backends, get_backend, known_backends
 from .errors import UserError
 from .measure.requirement import Requirement
-from .model import ModelFile, input_specs, load_model, model_hash, parse_shape_profile, resolve_shapes
+from .model import ModelFile, TensorSpec, input_specs, load_model, model_hash, parse_shape_profile, resolve_shapes
 from .space import Space, defaults_chooser, load_space, normalize, parse_set
 
 
@@ -79,16 +82,45 @@ def load_problem(model_path: str, space_path: str | None = None, data: str | Non
     proto = load_model(model_path)
     specs = input_specs(proto)
     profile = parse_shape_profile(shapes)
+    ranges = data_mod.check_int_ranges(data_mod.parse_int_ranges(int_ranges), specs)
     if data:
         batches = data_mod.load_npz_batches(data, specs)
         concrete = {k: tuple(v.shape) for k, v in batches[0].items()}
     else:
         concrete = resolve_shapes(specs, profile)
-        batches = data_mod.synthetic_batches(specs, concrete, n_batches, data_mod.parse_int_ranges(int_ranges))
+        batches = data_mod.synthetic_batches(specs, concrete, n_batches, ranges)
     calib = data_mod.load_npz_batches(calib_data, specs) if calib_data else batches[:n_calib]
     data_hash = data_mod.batches_hash(batches) + data_mod.batches_hash(calib)[:8]
+    notes += problem_notes(requirement, data, specs, ranges)
     return Problem(spec, ModelFile(model_path, proto, model_hash(model_path)), space, batches, calib, data_hash,
                    requirement, concrete, notes)
+
+
+def problem_notes(requirement: Requirement, data: str | None, specs: list[TensorSpec],
+                  ranges: dict[str, tuple[int, int]]) -> list[str]:
+    """What makes a study's results mean less than they seem, said once by every command that loads it."""
+    notes = []
+    if not requirement.bounds:
+        notes.append("no --require: every trial counts as feasible, so the winner is just the fastest engine "
+                     "whatever its error (add e.g. --require 'cos<=0.005')")
+    if not data:
+        kinds = []
+        for s in specs:
+            if np.issubdtype(s.dtype, np.floating):
+                kinds.append(f"{s.name}: standard normal")
+            elif s.dtype == np.bool_:
+                kinds.append(f"{s.name}: random booleans")
+            elif s.name in ranges:
+                kinds.append(f"{s.name}: uniform integers in [{ranges[s.name][0]}, {ranges[s.name][1]}) from --int-range")
+        notes.append(f"no --data: accuracy is measured on synthetic inputs ({'; '.join(kinds)}), which says little "
+                     "about a real task; give real inputs with --data FILE.npz")
+    return notes
+
+
+def print_notes(notes: list[str]) -> None:
+    """The problem's notes, as every command says them: once, on stderr."""
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
 
 
 def check_backends(space: Space) -> list[str]:
@@ -107,8 +139,10 @@ def check_backends(space: Space) -> list[str]:
         if p.name == "backend":
             continue
         if not any(b.knows(p.name) for b in backends):
+            why = "; ".join(b.why_unknown(p.name) for b in backends if hasattr(b, "why_unknown"))
             raise UserError(f"{space.path}: parameters.{p.name}: no backend of this space ({', '.join(usable)}) "
-                            "has such a setting; check the spelling (tuner space MODEL lists a space's parameters)")
+                            f"has such a setting{f' ({why})' if why else ''}; check the spelling "
+                            "(tuner space MODEL lists a space's parameters)")
         if p.name == "precision":
             bad = [c for c in p.choices or [] if c not in routes]
             if bad:

@@ -1,6 +1,7 @@
 """Space files: load and validate YAML, turn a trial (or --set values) into a normalized config and key."""
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib.util
 import json
@@ -239,7 +240,9 @@ def parse_set(items: list[str] | None, space: Space) -> dict[str, Any]:
             if p.type in ("int", "float") and not (isinstance(value, (int, float)) and p.low <= value <= p.high):
                 raise UserError(f"--set {k}={v}: needs a number in [{p.low}, {p.high}]")
         elif not any(k.startswith(o.name + "/") for o in space.overrides):
-            raise UserError(f"--set {k}: unknown parameter; see `tuner space MODEL` for the list")
+            close = difflib.get_close_matches(k, list(by_name) + [o.name + "/..." for o in space.overrides], n=3)
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            raise UserError(f"--set {k}: unknown parameter; {hint}see `tuner space MODEL` for the list")
         out[k] = value
     return out
 

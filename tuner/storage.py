@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import sqlite3
 import warnings
 from urllib.parse import urlsplit
@@ -15,13 +16,26 @@ import optuna
 from .errors import UserError
 
 STUDIES_DIR = "studies"
+DEMO_DIR = "tuner-demo"  # `tuner demo` keeps its study here; `tuner studies` looks in both
 JOURNAL_PREFIX = "journal:///"
 HEARTBEAT_ENV = "TUNER_HEARTBEAT_INTERVAL"
 GRACE_ENV = "TUNER_GRACE_PERIOD"
 
 
+STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_study_name(name: str) -> str:
+    """A study name is also a file name (studies/NAME.db, NAME-engines/): no path separators, no
+    leading dot, nothing that could leave studies/."""
+    if not isinstance(name, str) or not STUDY_NAME.fullmatch(name):
+        raise UserError(f"--study {name!r}: a study name is up to 100 letters, digits, '.', '_' and '-', "
+                        "starting with a letter or digit (no '/', no '..'), e.g. bert-int8")
+    return name
+
+
 def default_url(study: str) -> str:
-    return f"sqlite:///{STUDIES_DIR}/{study}.db"
+    return f"sqlite:///{STUDIES_DIR}/{check_study_name(study)}.db"
 
 
 def local_path(url: str) -> str | None:
@@ -65,16 +79,14 @@ def _has_optuna_schema(path: str) -> bool:
     return {"studies", "trials", "version_info"} <= tables
 
 
-def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
-    """Open the storage at url, or raise a one-line UserError. create=False (commands that read, or
-    write only into an existing study) refuses a missing file and a file that is not Optuna's."""
+def open_storage(url: str, create: bool = True, flag: str = "--storage") -> optuna.storages.BaseStorage:
+    """Open the storage at url, or raise a one-line UserError naming `flag`. create=False (commands that
+    read, or write only into an existing study) refuses a missing file and a file or database that is
+    not Optuna's, and creates no table."""
     path = local_path(url)
     if path is not None:
         if not create:
-            if not os.path.isfile(path):
-                raise UserError(f"--storage {url}: no such file {path}; `tuner studies` lists the studies")
-            if not url.startswith(JOURNAL_PREFIX) and not _has_optuna_schema(path):
-                raise UserError(f"--storage {url}: {path} is not an Optuna study database; nothing was changed")
+            _check_study_file(url, path, flag)
         parent = os.path.dirname(path)
         try:
             if parent:
@@ -85,44 +97,68 @@ def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
                 return optuna.storages.JournalStorage(JournalFileBackend(path))
             return _sqlite_storage(url, path)
         except (OSError, sqlite3.Error) as exc:
-            raise UserError(f"--storage {url}: cannot open {path}: {exc}") from None
+            raise UserError(f"{flag} {url}: cannot open {path}: {exc}") from None
     scheme = url.split(":", 1)[0]
     if not scheme.startswith(("postgresql", "mysql")):
-        raise UserError(f"--storage {url}: unknown kind; use sqlite:///FILE.db, {JOURNAL_PREFIX}FILE.log or postgresql+psycopg://user:pw@host:5432/db")
+        raise UserError(f"{flag} {url}: unknown kind; use sqlite:///FILE.db, {JOURNAL_PREFIX}FILE.log or postgresql+psycopg://user:pw@host:5432/db")
     # Heartbeats always on for database servers: a dead worker's trial is failed after the grace
     # period and retried once (TUNER_HEARTBEAT_INTERVAL/TUNER_GRACE_PERIOD).
     kwargs = heartbeat_options()
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, **kwargs)
-    except ModuleNotFoundError as exc:
-        raise UserError(f"--storage {scheme}: driver missing ({exc.name}); pip install \"engine-tuner[postgres]\"") from None
+        if not create and not _server_has_optuna_schema(url):
+            raise UserError(f"{flag}: the database at {_server_hint(url)} has no Optuna tables (not an Optuna study "
+                            "database); nothing was changed")
+        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, skip_table_creation=not create,
+                                          **kwargs)
+    except UserError:
+        raise
+    except ImportError as exc:  # SQLAlchemy's dialect import; Optuna wraps it in an ImportError of its own
+        missing = getattr(exc.__cause__, "name", None) or exc.name or str(exc)
+        extra = "pip install pymysql" if scheme.startswith("mysql") else 'pip install "engine-tuner[postgres]"'
+        raise UserError(f"{flag} {scheme}: the database driver is not installed ({missing}); {extra}") from None
     except Exception as exc:  # SQLAlchemy's OperationalError and friends: say where and what to check
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"--storage: cannot reach the database at {_server_hint(url)} ({first}); "
+        raise UserError(f"{flag}: cannot reach the database at {_server_hint(url)} ({first}); "
                         "check that the server runs, the host and port, the user, password and database name") from None
 
 
-def open_for_reading(url: str) -> optuna.storages.BaseStorage:
+def _check_study_file(url: str, path: str, flag: str) -> None:
+    """A file to read studies from exists and (SQLite) holds Optuna's tables; else one line, nothing made."""
+    if not os.path.isfile(path):
+        raise UserError(f"{flag} {url}: no such file {path}; `tuner studies` lists the studies")
+    if not url.startswith(JOURNAL_PREFIX) and not _has_optuna_schema(path):
+        raise UserError(f"{flag} {url}: {path} is not an Optuna study database; nothing was changed")
+
+
+def _server_has_optuna_schema(url: str) -> bool:
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url)
+    try:
+        return {"studies", "trials", "version_info"} <= set(sqlalchemy.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def open_for_reading(url: str, flag: str = "--storage") -> optuna.storages.BaseStorage:
     """Open without ever waiting on a process that is tuning: a SQLite file is read with SQLite's plain
     deferred transactions (in WAL mode readers see the last commit and neither wait for nor block a
     writer; the tuner's own connections take the write lock up front). Nothing is created."""
     path = local_path(url)
     if path is None or url.startswith(JOURNAL_PREFIX):
-        return open_storage(url, create=False)
-    if not os.path.isfile(path):
-        raise UserError(f"--storage {url}: no such file {path}; `tuner studies` lists the studies")
-    if not _has_optuna_schema(path):
-        raise UserError(f"--storage {url}: {path} is not an Optuna study database; nothing was changed")
+        return open_storage(url, create=False, flag=flag)
+    _check_study_file(url, path, flag)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}}, skip_table_creation=True)
     except Exception as exc:  # a schema Optuna cannot read
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"--storage {url}: cannot read {path} as an Optuna study database ({first})") from None
+        raise UserError(f"{flag} {url}: cannot read {path} as an Optuna study database ({first})") from None
 
 
 def load_study(name: str, url: str, reading: bool = False) -> optuna.Study:
     """An existing study; a missing one is a one-line error and creates nothing."""
+    check_study_name(name)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     path = local_path(url)
     if path is not None and not os.path.isfile(path):
@@ -165,14 +201,14 @@ def _sqlite_storage(url: str, path: str) -> optuna.storages.RDBStorage:
 
 
 def local_storage_urls() -> list[str]:
-    """The default storages of this directory: one SQLite file per study under studies/."""
-    return [f"sqlite:///{p}" for p in sorted(glob.glob(os.path.join(STUDIES_DIR, "*.db")))]
+    """The default storages of this directory: one SQLite file per study under studies/, and the demo's."""
+    return [f"sqlite:///{p}" for d in (STUDIES_DIR, DEMO_DIR) for p in sorted(glob.glob(os.path.join(d, "*.db")))]
 
 
 def migrate(src: str, dst: str, study: str | None = None) -> list[tuple[str, int]]:
     """Copy one study (or every study) from src to dst with trials, attrs and constraints."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    src_storage, dst_storage = open_storage(src, create=False), open_storage(dst)
+    src_storage, dst_storage = open_storage(src, create=False, flag="--from"), open_storage(dst, flag="--to")
     names = [s.study_name for s in optuna.get_all_study_summaries(src_storage, include_best_trial=False)]
     if study is not None:
         if study not in names:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 
 import optuna
@@ -15,6 +14,7 @@ from optuna.trial import TrialState
 from . import __version__
 from .errors import UserError
 from .evaluate import Evaluator
+from .export_files import check_out_dir, install, staging_dir
 from .measure.latency import LatencyProtocol
 from .problem import Problem
 from .record import BUILD_KEY, CONFIG
@@ -81,6 +81,10 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
         "speedup_interval": [1.0 / rel["ci_high"], 1.0 / rel["ci_low"]] if base is not None else None,
         "requirement": str(problem.requirement),
         "compared": {str(n): v["median_ms"] for n, v in stats.items()},
+        # every finalist's side-by-side timing, for `tune`, `select` and the report (report/finalists.py)
+        "finalists": sorted(({"trial": f.number, "baseline": base is not None and f.number == base.number,
+                              "feasible": bool(r["feasible"]), "relative": ratio[f.number]} | stats[f.number]
+                             for f, r in built), key=lambda f: f["relative"]["ratio"]),
         "rejected_on_recheck": rejected,
         "load": confirmed_run["load"],
         "selected_at": time.time(),
@@ -96,8 +100,9 @@ def _summary(t) -> dict:
 
 
 def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effort: bool = False,
-                  timeout_s: float = 1800.0) -> dict:
-    """Rebuild the winner (or, with best_effort, the closest candidate) into out_dir with config.json and report.json."""
+                  timeout_s: float = 1800.0, force: bool = False) -> dict:
+    """Rebuild the winner (or, with best_effort, the closest candidate) into out_dir with config.json and
+    report.json. out_dir must be new or empty; with force, only what an earlier export wrote is replaced."""
     chosen = study.user_attrs.get(WINNER_ATTR)
     kind = "winner"
     if not chosen:
@@ -108,10 +113,23 @@ def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effo
         kind = "best-effort (does not meet the requirement)"
         if not chosen:
             raise UserError(f"study {study.study_name!r} has no completed trial to export")
-    engine_dir = os.path.join(out_dir, "engine")
-    shutil.rmtree(engine_dir, ignore_errors=True)
-    with Evaluator(problem.spec, timeout_s, study=study.study_name) as evaluator:
-        built = evaluator.export(chosen["config"], engine_dir)
+    check_out_dir(out_dir, force)
+    with staging_dir(out_dir) as staging:
+        with Evaluator(problem.spec, timeout_s, study=study.study_name) as evaluator:
+            built = evaluator.export(chosen["config"], os.path.join(staging, "engine"))
+        report = _export_report(study, problem, chosen, kind, built, staging, out_dir)
+        with open(os.path.join(staging, "config.json"), "w") as f:
+            json.dump(chosen["config"], f, indent=2, sort_keys=True)
+        with open(os.path.join(staging, "report.json"), "w") as f:
+            json.dump(report, f, indent=2, default=str)
+        install(out_dir, staging, {"written_by": f"tuner export (engine-tuner {__version__})",
+                                   "study": study.study_name, "trial": chosen["trial"]})
+    return report
+
+
+def _export_report(study: optuna.Study, problem: Problem, chosen: dict, kind: str, built: dict, staging: str,
+                   out_dir: str) -> dict:
+    """report.json: what was exported, how to run it, and whether the rebuilt engine meets the requirement."""
     metrics, per_output = built["metrics"], built["per_output"]
     stored = chosen.get("confirmed_metrics") or chosen.get("metrics") or {}
     primary = problem.requirement.primary_metric
@@ -121,8 +139,9 @@ def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effo
         "trial": chosen["trial"],
         "config": chosen["config"],
         "backend": built["backend"],
-        "engine": os.path.relpath(built["engine"], out_dir),
-        "usage": built["usage"],  # the lines of Python that load and run it with the backend's own library
+        "engine": os.path.relpath(built["engine"], staging),
+        # the lines of Python that load and run it with the backend's own library, at its final place
+        "usage": built["usage"].replace(os.path.join(staging, "engine"), os.path.join(out_dir, "engine")),
         "requirement": str(problem.requirement),
         "meets_requirement": problem.requirement.holds(metrics),
         "metrics": metrics,
@@ -134,10 +153,6 @@ def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effo
         "speedup_vs_baseline": chosen.get("speedup"),
         "engine_tuner": __version__,
     }
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(chosen["config"], f, indent=2, sort_keys=True)
-    with open(os.path.join(out_dir, "report.json"), "w") as f:
-        json.dump(report, f, indent=2, default=str)
     return report
 
 

@@ -131,3 +131,22 @@ def test_models_fed_the_same_inputs_keep_their_own_calibration_ranges(problem, t
     measure(problem, config_from_sets(problem, static), str(tmp_path / "demo"), FAST)
     rec = measure(other, config_from_sets(other, static), str(tmp_path / "other"), FAST)
     assert rec.metrics["cos"] < 0.01
+
+
+def test_disable_gelu_fusion_really_turns_the_fusion_off(demo_path, tmp_path):
+    """ORT ignores optimizer names it does not have (1.32 has GeluFusionL1/L2, no GeluFusion): the
+    names the space's parameter becomes must be ones that change the optimized graph."""
+    import onnxruntime as ort
+
+    from tuner.backends.onnxruntime.session import session_settings
+
+    def optimized_ops(config):
+        so = ort.SessionOptions()
+        so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        ort.InferenceSession(demo_path, so, providers=["CPUExecutionProvider"],
+                             disabled_optimizers=session_settings(config)["disabled_optimizers"] or None)
+        return {n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node}
+
+    assert {"Gelu", "BiasGelu"} & optimized_ops({})  # the demo's erf Gelu is fused by default
+    assert not {"Gelu", "BiasGelu", "FastGelu"} & optimized_ops({"disable_GeluFusion": True})

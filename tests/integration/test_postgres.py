@@ -263,3 +263,31 @@ def test_calibration_ranges_are_stored_in_the_study_and_reused(work, tmp_path, d
     os.remove(path)  # another host: an empty cache
     download_calibration(result.study)
     assert open(path).read() == text
+
+
+def test_read_only_commands_add_no_tables_to_another_database(pg_url, work):
+    """status, studies, select, export, report and migrate --from on a database without Optuna's tables
+    refuse in one line and leave it as it was (RDBStorage would create 13 tables)."""
+    import psycopg
+
+    name = f"app_{uuid.uuid4().hex[:8]}"
+    plain = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(plain, autocommit=True) as con:
+        con.execute(f"CREATE DATABASE {name}")
+    app = pg_url.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(app.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as con:
+        con.execute("CREATE TABLE users (id serial PRIMARY KEY, name text)")
+
+    def tables():
+        with psycopg.connect(app.replace("postgresql+psycopg://", "postgresql://")) as con:
+            return sorted(r[0] for r in con.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'"))
+
+    for command in (["status", "--study", "s"], ["studies"], ["select", "--study", "s"],
+                    ["export", "--study", "s", "--out", "w"], ["report", "--study", "s", "--out", "r.html"],
+                    ["migrate", "--to", f"sqlite:///{work}/copy.db"]):
+        flag = "--from" if command[0] == "migrate" else "--storage"
+        r = tuner(work, *command, flag, app, timeout=60)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "has no Optuna tables (not an Optuna study database); nothing was changed" in r.stderr
+        assert tables() == ["users"]
+    assert not (work / "copy.db").exists() and not (work / "w").exists()

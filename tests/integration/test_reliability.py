@@ -254,7 +254,7 @@ def test_a_study_name_used_for_another_model_is_refused(tmp_path, demo_path, cap
     capsys.readouterr()
     assert main(["tune", other, *base, "--n-trials", "1"]) == 2
     err = capsys.readouterr().err
-    assert "was created with model_path" in err and "--force" in err
+    assert "was made for another model" in err and "use a new --study name" in err
     assert len(optuna.load_study(study_name="s", storage="sqlite:///studies/s.db").trials) == 1
 
 

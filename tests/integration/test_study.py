@@ -72,13 +72,28 @@ def test_study_finds_a_winner_and_resumes(demo_path, tmp_path):
 def test_settings_mismatch_is_refused(demo_path, tmp_path):
     tune(options(tmp_path, demo_path, n_trials=1, select=False))
     other = write_demo_model(str(tmp_path / "other.onnx"), outliers=1)
-    with pytest.raises(UserError, match="model_path"):
+    with pytest.raises(UserError, match="was made for another model"):
         tune(options(tmp_path, other, n_trials=1))
     with pytest.raises(UserError, match="require"):
         tune(options(tmp_path, require="cos<=0.5", n_trials=1))
     assert len(trials(tmp_path)) == 1
-    tune(options(tmp_path, other, n_trials=1, force=True, select=False))
+    tune(options(tmp_path, require="cos<=0.5", n_trials=1, force=True, select=False))  # a new requirement: --force
     assert len(trials(tmp_path)) == 2
+
+
+def test_force_cannot_change_the_model_or_the_data(tmp_path):
+    """The old trials measured the old model on the old data: their winner would be a stranger's."""
+    mine = write_demo_model(str(tmp_path / "mine.onnx"), outliers=1)
+    tune(options(tmp_path, mine, n_trials=1, select=False))
+    other = write_demo_model(str(tmp_path / "other.onnx"), outliers=2)
+    with pytest.raises(UserError, match=r"was made for another model .* --force cannot change it: use a new --study name"):
+        tune(options(tmp_path, other, n_trials=1, force=True))
+    with pytest.raises(UserError, match=r"validation data here differ .* new --study name for new data \(--force cannot"):
+        tune(options(tmp_path, shapes=["x=4x64x256"], n_trials=1, force=True))
+    write_demo_model(mine, outliers=0)  # the model file changed in place; the resume names no model
+    with pytest.raises(UserError, match=r"changed since the study began \(model_hash differs\).*cannot change a study's model"):
+        tune(TuneOptions(study="s", storage=f"sqlite:///{tmp_path}/s.db", n_trials=1, force=True))
+    assert len(trials(tmp_path)) == 1
 
 
 SMALL_SPACE = """
@@ -146,8 +161,17 @@ def test_cli_tune_status_select_export(demo_path, tmp_path, capsys):
     common = ["--study", "s", "--storage", url]
     assert main(["tune", demo_path, *common, "--shape", "x=2x64x256", "--require", "cos<=0.005", "--n-trials", "2",
                  "--quiet", "--max-timing-s", "1", "--enqueue", "precision=int8-dynamic"]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "winner: trial" in out
+    assert "finalists, timed side by side (median, p10-p90 of the runs, 95% CI of the median):" in out
+    assert "  trial 0 " in out and "(baseline" in out  # the baseline is always among them
+    notes = [line for line in captured.err.splitlines() if line.startswith("note: ")]
+    assert notes == ["note: no --data: accuracy is measured on synthetic inputs (x: standard normal), which says "
+                     "little about a real task; give real inputs with --data FILE.npz"]  # said once, at the start
+    assert main(["select", *common, "--top-k", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "finalists, timed side by side" in captured.out and captured.err.count("note: no --data") == 1
     assert main(["status", *common]) == 0
     status = capsys.readouterr().out
     assert "complete 2" in status and "baseline: trial 0" in status and "winner: trial" in status
@@ -158,3 +182,13 @@ def test_cli_tune_status_select_export(demo_path, tmp_path, capsys):
     assert report["kind"] == "winner" and report["meets_requirement"] and report["rebuilt_matches_stored"]
 
 
+def test_without_a_requirement_tune_and_the_report_say_every_trial_is_feasible(demo_path, tmp_path, capsys):
+    url = f"sqlite:///{tmp_path}/s.db"
+    assert main(["tune", demo_path, "--study", "s", "--storage", url, "--shape", "x=2x64x256", "--n-trials", "1",
+                 "--quiet", "--max-timing-s", "1", "--no-select"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("note: no --require: every trial counts as feasible") == 1
+    assert err.index("note: no --require") < err.index("trial 0")  # at the start, before the first trial
+    assert main(["report", "--study", "s", "--storage", url, "--out", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "no --require: every trial counts as feasible" in page and "synthetic inputs (x: standard normal)" in page

@@ -90,6 +90,7 @@ class Backend(Protocol):
 # sensitivity profile; backends without a per-node profiler leave it out.
 # Optional: `measured(model, ctx, median_ms, feasible)`, told after an engine in ctx.workdir was timed
 # (tuner.evaluate.measure); TensorRT keeps the fastest feasible engine's tactics for later trials.
+# Optional: `why_unknown(parameter) -> str`, what is wrong with a parameter knows() refused (one phrase).
 
 
 # name -> (module, class, the pip extra or package that brings its library)

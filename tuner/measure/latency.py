@@ -8,6 +8,9 @@ from typing import Callable
 import numpy as np
 
 
+MAX_SPREAD = 2.0  # p90 over p10 above this: the runs differ too much for one median to describe them
+
+
 @dataclass
 class LatencyProtocol:
     warmup: int = 5
@@ -43,28 +46,44 @@ def median_ci(samples: np.ndarray, z: float = 1.96) -> tuple[float, float]:
     return float(s[lo]), float(s[hi])
 
 
+def steady(p10_ms: float, p90_ms: float) -> bool:
+    """The runs agree well enough for a median to stand for them (p90 within MAX_SPREAD x p10)."""
+    return p10_ms > 0 and p90_ms <= MAX_SPREAD * p10_ms
+
+
+def ci_overlap(a: dict, b: dict) -> bool:
+    """Two LatencyStats dicts whose 95% CIs of the median overlap: they tie within noise."""
+    return a["ci_low_ms"] <= b["ci_high_ms"] and b["ci_low_ms"] <= a["ci_high_ms"]
+
+
 def summarize(samples_ms: list[float] | np.ndarray, converged: bool) -> LatencyStats:
+    """The statistics of the samples; converged only if the caller says so and the runs are steady."""
     a = np.asarray(samples_ms, dtype=np.float64)
     lo, hi = median_ci(a)
+    p10, p90 = float(np.percentile(a, 10)), float(np.percentile(a, 90))
     return LatencyStats(
         median_ms=float(np.median(a)),
-        p10_ms=float(np.percentile(a, 10)),
-        p90_ms=float(np.percentile(a, 90)),
+        p10_ms=p10,
+        p90_ms=p90,
         mean_ms=float(np.mean(a)),
         std_ms=float(np.std(a)),
         count=int(len(a)),
         ci_low_ms=lo,
         ci_high_ms=hi,
-        converged=converged,
+        converged=converged and steady(p10, p90),
     )
 
 
 def is_converged(samples_ms: list[float], protocol: LatencyProtocol) -> bool:
+    """The median's CI is tight and the runs are steady: a tight median of runs that differ 5x
+    (19 ms against 96 ms) describes none of them, so timing goes on to the cap."""
     if len(samples_ms) < protocol.min_runs:
         return False
-    med = float(np.median(samples_ms))
-    lo, hi = median_ci(np.asarray(samples_ms))
-    return med > 0 and (hi - med) <= protocol.rel_ci * med and (med - lo) <= protocol.rel_ci * med
+    a = np.asarray(samples_ms)
+    med = float(np.median(a))
+    lo, hi = median_ci(a)
+    return (med > 0 and (hi - med) <= protocol.rel_ci * med and (med - lo) <= protocol.rel_ci * med
+            and steady(float(np.percentile(a, 10)), float(np.percentile(a, 90))))
 
 
 def sample_ms(call: Callable[[], object]) -> float:

@@ -122,16 +122,13 @@ def pareto_figure(study) -> go.Figure:
     if view.bounds:
         metric, limit = view.bounds[0]
         pad = (max(lats) - min(lats)) * 0.05 or max(lats) * 0.05
+        y_limit = max(limit, floor) if floor is not None else limit  # a limit of 0 sits on the zero line
         fig.add_trace(go.Scatter(
-            x=[min(lats) - pad, max(lats) + pad], y=[limit, limit], mode="lines",
+            x=[min(lats) - pad, max(lats) + pad], y=[y_limit, y_limit], mode="lines",
             line={"color": "crimson", "dash": "dash"}, name=f"requirement {metric}<={limit:g}",
             hoverinfo="name", meta={"role": "requirement", "metric": metric, "limit": limit}))
-    base = view.baseline
-    if base is not None:
-        fig.add_trace(go.Scatter(
-            x=[view.latency(base)], y=[y_of(base)], mode="markers", name=f"baseline (trial {base.number})",
-            marker={"symbol": "square-open", "size": 18, "color": "black", "line": {"width": 2}},
-            customdata=[[base.number]], hovertext=[_hover(view, base)], hoverinfo="text", meta={"role": "baseline"}))
+    # The winner is drawn first and smaller, the baseline hollow and larger on top of it: where they
+    # are one trial (nothing beat the defaults), both stay visible.
     winner = view.winner
     wt = view.trial(winner["trial"]) if winner else None
     if wt is not None and wt.state == TrialState.COMPLETE:
@@ -139,10 +136,16 @@ def pareto_figure(study) -> go.Figure:
         speed = f", {winner['speedup']:.2f}x baseline" if winner.get("speedup") else ""
         fig.add_trace(go.Scatter(
             x=[view.latency(wt)], y=[y_of(wt)], mode="markers", name=f"winner (trial {wt.number})",
-            marker={"symbol": "star", "size": 22, "color": "gold", "line": {"width": 1.5, "color": "black"}},
+            marker={"symbol": "star", "size": 15, "color": "gold", "line": {"width": 1.5, "color": "black"}},
             customdata=[[wt.number]], hoverinfo="text",
             hovertext=[_hover(view, wt) + (f"<br>confirmed {conf:.3f} ms{speed}" if conf else "")],
             meta={"role": "winner", "confirmed_ms": conf}))
+    base = view.baseline
+    if base is not None:
+        fig.add_trace(go.Scatter(
+            x=[view.latency(base)], y=[y_of(base)], mode="markers", name=f"baseline (trial {base.number})",
+            marker={"symbol": "square-open", "size": 26, "color": "black", "line": {"width": 2}},
+            customdata=[[base.number]], hovertext=[_hover(view, base)], hoverinfo="text", meta={"role": "baseline"}))
     note = None
     if not feasible:
         note = (f"No feasible trial: none of the {len(done)} completed trials meets "
@@ -153,10 +156,25 @@ def pareto_figure(study) -> go.Figure:
                       yaxis_title=f"{view.primary_metric} error" + (" (log scale)" if yscale == "log" else ""),
                       yaxis_type=yscale, height=560, hovermode="closest", legend={"itemsizing": "constant"},
                       meta={"note": note, "yscale": yscale, "floor": floor} if note else {"yscale": yscale, "floor": floor})
-    if floor is not None and any(math.isfinite(e) and e < floor for e in errors):
-        fig.add_annotation(text=f"errors below {floor:.1g} (e.g. exact 0) are drawn at {floor:.1g}", showarrow=False,
+    fig.update_yaxes(exponentformat="power")  # 10^-5, not SI prefixes ("10f", "100p") for errors
+    lows = [e for e in errors + [v for m, v in view.bounds[:1]] if math.isfinite(e) and floor is not None and e < floor]
+    if lows:
+        fig.update_yaxes(**_zero_line_ticks(floor, max([e for e in errors if math.isfinite(e)] + [floor])))
+        fig.add_annotation(text="exact zeros are drawn on the line labelled 0 (a log axis has no 0)", showarrow=False,
                            xref="paper", yref="paper", x=1, y=0, xanchor="right", yanchor="bottom", font={"size": 10})
     return fig
+
+
+def _zero_line_ticks(floor: float, top: float) -> dict:
+    """Log-axis ticks: the floor (where exact zeros are drawn) labelled 0, then each power of ten above it."""
+    vals, texts = [floor], ["0"]
+    k = math.floor(math.log10(floor)) + 1
+    while 10.0 ** k <= top * 10:
+        if 10.0 ** k > floor * 3:  # not crowding the 0 label
+            vals.append(10.0 ** k)
+            texts.append(f"10<sup>{k}</sup>" if k not in (0, 1) else f"{10 ** k}")
+        k += 1
+    return {"tickmode": "array", "tickvals": vals, "ticktext": texts}
 
 
 def history_figure(study) -> go.Figure:

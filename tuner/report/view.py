@@ -13,6 +13,7 @@ from ..measure.requirement import Requirement
 from ..search.settings import SETTINGS_ATTR
 from ..search.failures import learnt_failures
 from ..search.trials import is_feasible, latency_of, relative_of, speedup_of, was_busy, work_line
+from .finalists import finalist_rows
 
 LAYER_PREFIX_SEP = "/"
 
@@ -247,6 +248,8 @@ def summary_rows(study) -> list[tuple[str, str]]:
                      if winner.get("speedup") and base_conf else "n/a"))
         rows.append(("winner error", f"{view.primary_metric} {err:.3g}" + (
             f" (limit {view.bounds[0][1]:g})" if view.bounds else "") if err is not None else "n/a"))
+        rows += [(f"finalist {label}" if label != "tie" else "tie within noise", text)
+                 for label, text in finalist_rows(winner)]
         if (winner.get("load") or {}).get("busy"):
             rows.append(("selection", f"chosen while other processes used {winner['load']['other_cores']:.1f} cores: "
                                       "run tuner select again on a quiet machine"))
@@ -275,6 +278,7 @@ def summary_rows(study) -> list[tuple[str, str]]:
                    for t in trials if t.datetime_start and t.datetime_complete)
         rows.append(("total tuning time", f"{_fmt_s((max(ends) - min(starts)).total_seconds())} from the first trial's "
                                           f"start to the last trial's end ({_fmt_s(busy)} inside trials)"))
+    rows += [("note", note) for note in s.get("notes") or []]
     running = by_state.get("running", 0)
     if running:
         rows.append(("note", f"{running} trial(s) running: the study is still being tuned; this report is a snapshot"))

@@ -13,7 +13,7 @@ from ..search.samplers import make_sampler
 from ..search.settings import SETTINGS_ATTR, check_data, file_hash, problem_spec
 from ..search.study import StudyContext, load_existing
 from ..space import SPACES_DIR
-from ..storage import open_storage
+from ..storage import check_study_name, open_storage
 
 
 def _localize(name: str, settings: dict, key: str, given: str | None, what: str, flag: str, hash_key: str | None,
@@ -54,7 +54,7 @@ def join_study(url: str, name: str, worker: int = 0, model: str | None = None, d
                allow_other_machine: bool = False) -> tuple[StudyContext, bool]:
     """(the study with local paths and this machine, whether this machine differs from the study's).
     Nothing is written to the study."""
-    study = load_existing(name, open_storage(url, create=False))
+    study = load_existing(check_study_name(name), open_storage(url, create=False))
     if study is None:
         raise UserError(f"no study {name!r} in {url}; create it first: tuner tune MODEL.onnx --study {name} --storage URL")
     settings = dict(study.user_attrs.get(SETTINGS_ATTR) or {})

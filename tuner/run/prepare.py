@@ -9,11 +9,12 @@ from dataclasses import asdict
 
 from ..backends.base import get_backend
 from ..errors import UserError
+from ..search.enqueue import parse_enqueue
 from ..search.settings import check_data, check_inputs, given_settings, merge_settings, new_settings, problem_spec
 from ..search.study import StudyContext, create_or_resume, load_existing, stored_settings
 from ..sensitivity import study_rankings
 from ..space import effective_encoding
-from ..storage import local_path, open_storage
+from ..storage import check_study_name, local_path, open_storage
 from .join import this_machine
 from .options import TuneOptions
 from .warm import warm_start
@@ -24,8 +25,11 @@ def backend_devices_of(space) -> list[str]:
 
 
 def open_study(opts: TuneOptions) -> StudyContext:
+    check_study_name(opts.study)
     path = local_path(opts.storage_url)
     fresh = path is not None and not os.path.exists(path)
+    parent = os.path.dirname(path) if path else ""
+    new_parent = bool(parent) and not os.path.exists(parent)
     try:
         return _open_study(opts)
     except UserError:
@@ -33,6 +37,9 @@ def open_study(opts: TuneOptions) -> StudyContext:
             for leftover in (path, f"{path}-wal", f"{path}-shm"):
                 with contextlib.suppress(OSError):
                     os.remove(leftover)
+        if new_parent:
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)  # only if empty: studies/ made by this call
         raise
 
 
@@ -42,15 +49,17 @@ def _open_study(opts: TuneOptions) -> StudyContext:
     study = load_existing(opts.study, storage)
     stored = stored_settings(study)
     settings = merge_settings(opts.study, stored, given, opts.force) if stored else new_settings(given)
-    if stored and not opts.force:
-        check_inputs(opts.study, settings)
+    if stored:
+        check_inputs(opts.study, settings, opts.force)
     problem = problem_spec(settings).load()  # validates model, data, space and requirement before any write
-    if stored and not opts.force:
+    if stored:
         check_data(opts.study, stored, problem.data_hash)
+    parse_enqueue(problem, settings, opts.enqueue)  # refused here, before the study exists or anything is built
     settings["data_hash"] = problem.data_hash
     settings["spec"] = asdict(problem_spec(settings))
     settings["encoding"] = {o.name: effective_encoding(o, problem.graph_nodes) for o in problem.space.overrides}
     settings["backend"] = ",".join(problem.space.backends)  # part of every build key
+    settings["notes"] = problem.notes  # the report says them too
     settings.setdefault("machine", this_machine(problem.space))
     if stored is None and "timing" not in settings:  # a study made before paired timing keeps timing alone
         settings["timing"] = "paired" if all(d == "cpu" for d in backend_devices_of(problem.space)) else "alone"

@@ -11,8 +11,10 @@ from optuna.trial import TrialState
 
 from ..errors import UserError
 from ..isolate import TrialFailure
+from ..problem import print_notes
 from ..progress import TrialProgress
 from ..record import BASELINE, FAIL_REASON, RETRY_OF
+from ..report.finalists import finalist_lines
 from ..search.enqueue import enqueue_initial
 from ..search.study import StudyContext
 from ..search.trials import best_feasible, latency_of, was_busy
@@ -86,7 +88,14 @@ def tune(opts: TuneOptions) -> TuneResult:
         raise UserError(f"--n-trials {opts.n_trials}: needs at least 1")
     if opts.jobs < 1:
         raise UserError(f"--jobs {opts.jobs}: needs at least 1")
+    if not opts.trial_timeout > 0:
+        raise UserError(f"--trial-timeout {opts.trial_timeout}: needs more than 0 seconds")
+    if opts.top_k < 1:
+        raise UserError(f"--top-k {opts.top_k}: needs at least 1")
+    if opts.protocol is not None and not opts.protocol.max_seconds > 0:
+        raise UserError(f"--max-timing-s {opts.protocol.max_seconds}: needs more than 0 seconds")
     ctx = open_study(opts)
+    print_notes(ctx.problem.notes)
     store_run_settings(ctx.study, opts.max_trials, opts.protocol)  # for `tuner worker` on other hosts
     with study_run_lock(ctx.url, opts.study) as alone:
         if alone:
@@ -119,6 +128,7 @@ def describe_result(result: TuneResult) -> list[str]:
         if load.get("busy"):
             lines.append(f"warning: the winner was chosen while other processes used {load['other_cores']:.1f} cores; "
                          f"run `tuner select --study {study.study_name}` again on a quiet machine")
+        lines += finalist_lines(winner)
     elif study.user_attrs.get("winner", False) is None:  # selection ran and found nothing feasible
         best = study.user_attrs.get("best_effort")
         lines.append("no trial meets the requirement" + (

@@ -7,6 +7,7 @@ import os
 from ..errors import UserError
 from ..machine import machine_id
 from ..measure.latency import LatencyProtocol
+from ..problem import print_notes
 from ..progress import TrialProgress
 from .claims import MAX_TRIALS_ATTR, PROTOCOL_ATTR, TrialClaims, budget_counts, worker_name
 from .join import join_study
@@ -23,6 +24,7 @@ def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float 
     if n_trials is not None and n_trials < 1:
         raise UserError(f"--n-trials {n_trials}: needs at least 1")
     ctx, other = join_study(url, name, os.getpid(), model, data, space, calib_data, allow_other_machine)
+    print_notes(ctx.problem.notes)
     if n_trials is None and timeout is None and MAX_TRIALS_ATTR not in ctx.study.user_attrs:
         raise UserError(f"study {name!r} has no study-wide budget (tuner tune ... --max-trials N); "
                         "give this worker --n-trials N and/or --timeout T")

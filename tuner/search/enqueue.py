@@ -3,6 +3,7 @@ of a sensitivity ranking, and the user's --enqueue configs."""
 from __future__ import annotations
 
 from ..errors import UserError
+from ..problem import Problem
 from ..record import BASELINE, ENQUEUED
 from ..space import Space, defaults_chooser, normalize, parse_set, trial_params
 from .study import StudyContext
@@ -29,17 +30,18 @@ def baseline_config(ctx: StudyContext) -> dict:
     return normalize(p.space, defaults_chooser({}), p.graph_nodes, ctx.settings.get("rankings"))
 
 
-def parse_enqueue(ctx: StudyContext, items: list[str]) -> list[dict]:
-    """The parameters of each --enqueue config, checked before anything is queued."""
+def parse_enqueue(problem: Problem, settings: dict, items: list[str]) -> list[dict]:
+    """The parameters of each --enqueue config. Checked when the study is opened, before it is
+    created, so a bad --enqueue leaves no study behind."""
     out = []
     for item in items:
         sets = [s for s in item.split(",") if s.strip()]
         try:
-            values = parse_set(sets, ctx.problem.space)
+            values = parse_set(sets, problem.space)
         except UserError as exc:
             raise UserError(str(exc).replace("--set", "--enqueue", 1)) from None
-        out.append(params_for(ctx.problem.space, ctx.problem.graph_nodes, values, ctx.settings["sampler"] == "grid",
-                              ctx.settings.get("rankings")))
+        out.append(params_for(problem.space, problem.graph_nodes, values, settings["sampler"] == "grid",
+                              settings.get("rankings")))
     return out
 
 
@@ -50,7 +52,7 @@ def enqueue_initial(ctx: StudyContext, extra: list[str]) -> None:
     study, problem = ctx.study, ctx.problem
     grid = ctx.settings["sampler"] == "grid"
     rankings = ctx.settings.get("rankings")
-    queued = parse_enqueue(ctx, extra)
+    queued = parse_enqueue(problem, ctx.settings, extra)
     if not study.user_attrs.get(BASELINE_ENQUEUED):
         study.enqueue_trial(baseline_params(ctx), user_attrs={BASELINE: True})
         study.set_user_attr(BASELINE_ENQUEUED, True)

@@ -78,6 +78,10 @@ def merge_settings(study_name: str, stored: dict, given: dict, force: bool) -> d
     """Resume with the stored settings; a given setting that differs is refused unless force."""
     if "model_hash" in given and given["model_hash"] == stored["model_hash"]:
         given = {k: v for k, v in given.items() if k not in ("model_path", "model_hash")}  # same model, moved
+    elif "model_hash" in given:  # its trials measured another model: --force cannot make them this one's
+        raise UserError(f"study {study_name!r} was made for another model ({stored.get('model_path')}, model_hash "
+                        f"{stored['model_hash']}; this one is {given['model_hash']}); its trials say nothing about "
+                        "this model, so --force cannot change it: use a new --study name")
     diffs = [k for k, v in given.items() if stored.get(k) != v]
     if diffs and not force:
         k = diffs[0]
@@ -94,18 +98,22 @@ def problem_spec(settings: dict) -> ProblemSpec:
     return ProblemSpec(settings["model_path"], **{k: settings.get(k) for k in SPEC_FIELDS})
 
 
-def check_inputs(study_name: str, settings: dict) -> None:
-    """The files the study was made for are still the same files."""
+def check_inputs(study_name: str, settings: dict, force: bool = False) -> None:
+    """The files the study was made for are still the same files. A changed space file may go on with
+    --force; a changed model never (its trials measured the old one)."""
     for path_key, hash_key, fn in (("model_path", "model_hash", model_hash), ("space_path", "space_hash", file_hash)):
         path = settings[path_key]
         if not os.path.isfile(path):
             raise UserError(f"study {study_name!r}: {path} is missing; pass the file again (tuner tune FILE --study {study_name})")
-        if settings.get(hash_key) and fn(path) != settings[hash_key]:
-            raise UserError(f"study {study_name!r}: {path} changed since the study began ({hash_key} differs); "
-                            "use a new --study name, or --force to continue with the new file")
+        if settings.get(hash_key) and (hash_key == "model_hash" or not force) and fn(path) != settings[hash_key]:
+            fix = "use a new --study name" + (", or --force to continue with the new file" if hash_key != "model_hash" else
+                                              " (--force cannot change a study's model)")
+            raise UserError(f"study {study_name!r}: {path} changed since the study began ({hash_key} differs); {fix}")
 
 
 def check_data(study_name: str, settings: dict, data_hash: str) -> None:
+    """The validation and calibration data are the study's: its errors were measured on them (--force or not)."""
     if settings.get("data_hash") not in (None, data_hash):
         raise UserError(f"study {study_name!r}: the validation data here differ from the study's (data hash "
-                        f"{data_hash}, the study has {settings['data_hash']}); give the same --data/--shape")
+                        f"{data_hash}, the study has {settings['data_hash']}); give the same --data/--shape/--int-range, "
+                        "or use a new --study name for new data (--force cannot change them)")

@@ -1,6 +1,7 @@
 """The Optuna study behind a tuning run: create or resume it with its settings and sampler."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import optuna
@@ -9,6 +10,9 @@ from ..errors import UserError
 from ..problem import Problem
 from .samplers import make_sampler, sampler_options
 from .settings import OBJECTIVES, SETTINGS_ATTR
+
+# The objective values, in the order OBJECTIVES lists them; under paired timing the first is a ratio.
+METRIC_NAMES = {"alone": ("latency_ms", "error"), "paired": ("latency_relative_to_baseline", "error")}
 
 
 @dataclass
@@ -46,6 +50,10 @@ def create_or_resume(name: str, storage, study: optuna.Study | None, settings: d
     if study is None:
         study = optuna.create_study(study_name=name, storage=storage, directions=["minimize"] * n_objectives,
                                     sampler=sampler)
+        with warnings.catch_warnings():  # "experimental"; it names the axes of Optuna's plots and the dashboard
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            names = METRIC_NAMES[settings.get("timing") or "alone"]
+            study.set_metric_names(list(names[:n_objectives]))
     else:
         if len(study.directions) != n_objectives:
             raise UserError(f"study {name!r} has {len(study.directions)} objective(s); --objectives cannot change that")

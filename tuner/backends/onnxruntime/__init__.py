@@ -11,6 +11,7 @@ import onnxruntime as ort
 
 from ...model import ModelFile
 from ..base import Batch, BuildContext, Outputs
+from .optimizers import is_optimizer, unknown_optimizer
 from .profile import node_time_shares
 from .quantize import QUANTIZING_ROUTES, ROUTE_DEFAULTS, ROUTES, apply_precision
 from .session import (DISABLE_PREFIX, SESSION_KEYS, adapt_feed, make_session, read_engine_dir, run_float32, session_settings,
@@ -73,8 +74,14 @@ class OnnxRuntimeBackend:
         return {"device": "cpu", "machine": platform.machine(), "providers": ort.get_available_providers()}
 
     def knows(self, parameter: str) -> bool:
-        return (parameter == "precision" or parameter in SESSION_KEYS or parameter in ROUTE_DEFAULTS
-                or parameter.startswith(DISABLE_PREFIX))
+        if parameter.startswith(DISABLE_PREFIX):
+            return is_optimizer(parameter[len(DISABLE_PREFIX):])
+        return parameter == "precision" or parameter in SESSION_KEYS or parameter in ROUTE_DEFAULTS
+
+    def why_unknown(self, parameter: str) -> str:
+        if parameter.startswith(DISABLE_PREFIX):
+            return unknown_optimizer(parameter[len(DISABLE_PREFIX):])
+        return f"no session option or route option {parameter!r}"
 
     def build(self, model: ModelFile, config: dict, ctx: BuildContext) -> OrtEngine:
         route = config.get("precision", "fp32")

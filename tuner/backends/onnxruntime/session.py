@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from .optimizers import disabled_names
+
 LEVELS = {
     "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -16,13 +18,14 @@ LEVELS = {
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
 SESSION_KEYS = ("graph_optimization_level", "execution_mode", "intra_op_num_threads", "inter_op_num_threads", "intra_op_spinning")
-DISABLE_PREFIX = "disable_"  # disable_GeluFusion: true turns that graph optimizer off
+DISABLE_PREFIX = "disable_"  # disable_GeluFusion: true turns that graph optimizer off (optimizers.py)
 SETTINGS_FILE = "session_options.json"
 
 
 def session_settings(config: dict[str, Any]) -> dict[str, Any]:
     s = {k: config[k] for k in SESSION_KEYS if k in config}
-    s["disabled_optimizers"] = sorted(k[len(DISABLE_PREFIX):] for k, v in config.items() if k.startswith(DISABLE_PREFIX) and v)
+    s["disabled_optimizers"] = sorted(n for k, v in config.items() if k.startswith(DISABLE_PREFIX) and v
+                                      for n in disabled_names(k[len(DISABLE_PREFIX):]))
     return s
 
 

@@ -1,0 +1,115 @@
+"""Storages: read-only commands write nothing, study names stay inside studies/, a missing driver says what to install."""
+import hashlib
+import os
+import sqlite3
+import subprocess
+import sys
+
+import optuna
+import pytest
+
+from tuner.cli import main
+
+
+def _files(root) -> set[str]:
+    return {os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs}
+
+
+def _sha(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@pytest.mark.parametrize("argv", [
+    ["status", "--study", "bertt"],
+    ["export", "--study", "bertt", "--out", "w"],
+    ["select", "--study", "bertt"],
+    ["report", "--study", "bertt", "--out", "r.html"],
+    ["studies", "--storage", "sqlite:///studeis/bert.db"],
+    ["studies", "--storage", "journal:///studeis/bert.log"],
+    ["migrate", "--from", "sqlite:///studeis/bert.db", "--to", "sqlite:///copy.db"],
+])
+def test_a_misspelt_study_or_path_creates_nothing(argv, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "no study 'bertt'" in err or "no such file studeis/bert" in err
+    assert argv[0] != "migrate" or err.startswith("tuner: error: --from ")
+    assert _files(tmp_path) == set()
+
+
+def test_a_misspelt_study_in_an_existing_file_adds_no_study(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.mkdir("studies")
+    optuna.create_study(study_name="bert", storage="sqlite:///studies/all.db")
+    url = "sqlite:///studies/all.db"
+    for argv in (["status"], ["select"], ["export", "--out", "w"], ["report", "--out", "r.html"]):
+        assert main(argv + ["--study", "bertt", "--storage", url]) == 2
+        assert "no study 'bertt' in sqlite:///studies/all.db" in capsys.readouterr().err
+    assert [s.study_name for s in optuna.get_all_study_summaries(url)] == ["bert"]
+    assert not os.path.exists("w") and not os.path.exists("r.html")
+
+
+@pytest.mark.parametrize("argv", [
+    ["status", "--study", "s"], ["select", "--study", "s"], ["export", "--study", "s", "--out", "w"],
+    ["report", "--study", "s", "--out", "r.html"], ["studies"], ["migrate", "--to", "sqlite:///copy.db"],
+])
+def test_another_applications_sqlite_file_is_refused_unchanged(argv, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    con = sqlite3.connect("app.db")
+    con.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    con.execute("INSERT INTO users (name) VALUES ('ada')")
+    con.commit()
+    con.close()
+    before = _sha("app.db")
+    flag = "--from" if argv[0] == "migrate" else "--storage"
+    assert main(argv + [flag, "sqlite:///app.db"]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} sqlite:///app.db: app.db is not an Optuna study database; nothing was changed" in err
+    assert _sha("app.db") == before and _files(tmp_path) == {"app.db"}
+    con = sqlite3.connect("file:app.db?mode=ro", uri=True)
+    assert [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")] == ["users"]
+    con.close()
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "/tmp/x", "..", ".hidden", "", "x" * 101])
+def test_a_study_name_cannot_leave_studies(name, tmp_path, capsys, monkeypatch, demo_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for argv in (["tune", demo_path, "--study", name, "--shape", "x=8x64x256", "--n-trials", "1"],
+                 ["tune", demo_path, "--study", name, "--storage", "sqlite:///s.db", "--n-trials", "1"],
+                 ["status", "--study", name], ["export", "--study", name, "--out", "w"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "a study name is up to 100 letters" in err and err.count("\n") == 1
+    assert _files(tmp_path) == set()
+
+
+def test_studies_lists_the_demo_study_too(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.mkdir("studies")
+    os.mkdir("tuner-demo")
+    optuna.create_study(study_name="demo", storage="sqlite:///tuner-demo/demo.db")
+    optuna.create_study(study_name="mine", storage="sqlite:///studies/mine.db")
+    assert main(["studies"]) == 0
+    out = capsys.readouterr().out
+    assert "demo " in out and "[sqlite:///tuner-demo/demo.db]" in out and "mine " in out
+
+
+# psycopg made unimportable, as on a machine without the extra: SQLAlchemy's dialect import fails
+# inside Optuna's RDBStorage, which re-raises it as an ImportError of its own.
+_NO_PSYCOPG = ("import sys; sys.modules['psycopg'] = None; sys.modules['psycopg2'] = None; "
+               "from tuner.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+@pytest.mark.parametrize("argv", [["studies"], ["status", "--study", "s"], ["migrate", "--to", "sqlite:///c.db"]])
+def test_a_missing_postgres_driver_says_what_to_install(argv, tmp_path):
+    flag = "--from" if argv[0] == "migrate" else "--storage"
+    url = "postgresql+psycopg://tuner:pw@127.0.0.1:9/tuner"
+    r = subprocess.run([sys.executable, "-c", _NO_PSYCOPG, *argv, flag, url], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert 'pip install "engine-tuner[postgres]"' in r.stderr and "psycopg" in r.stderr
+    assert "cannot reach" not in r.stderr and r.stderr.count("\n") == 1
