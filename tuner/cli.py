@@ -30,7 +30,8 @@ def _add_problem_args(p: argparse.ArgumentParser, model_optional: bool = False) 
         p.add_argument("model", nargs="?", help="path of the .onnx model (needed to create a study; a resume takes the stored one)")
     else:
         p.add_argument("model", help="path of the .onnx model")
-    p.add_argument("--space", help="space file (YAML); default: search_spaces/onnxruntime-cpu.yaml")
+    p.add_argument("--space", help="space file (YAML); default: search_spaces/cpu.yaml where OpenVINO is installed, "
+                                   "else search_spaces/onnxruntime-cpu.yaml")
     p.add_argument("--data", help=".npz with one array per input, leading axis = batches")
     p.add_argument("--calib-data", help=".npz of calibration batches (default: the first validation batches)")
     p.add_argument("--shape", action="append", help="shape of a dynamic input, e.g. input_ids=8x128 (repeatable)")
@@ -106,7 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run="cmd_demo")
     p = sub.add_parser("sensitivity", help="rank the per-layer candidates of a quantizing route by the error they cause")
     _add_problem_args(p)
-    p.add_argument("--route", default="int8-dynamic", help="quantizing route (default int8-dynamic; int8-static, int4-weight)")
+    p.add_argument("--backend", help="the backend whose route is ranked, in a space over several (e.g. openvino)")
+    p.add_argument("--route", help="quantizing route (default: the backend's first: int8-dynamic for onnxruntime, "
+                                   "int8 for openvino)")
     p.add_argument("--set", action="append", help="route option, e.g. dyn_per_channel=true (repeatable)")
     p.add_argument("--groups", metavar="PATTERN", help="rank groups of nodes by a regex with one capture group, e.g. '^(block\\d+)/'")
     p.add_argument("--greedy", action="store_true", help="also run the greedy pass: the smallest float set that meets --require")

@@ -87,6 +87,8 @@ def tune(opts: TuneOptions) -> TuneResult:
     if opts.jobs < 1:
         raise UserError(f"--jobs {opts.jobs}: needs at least 1")
     ctx = open_study(opts)
+    for note in ctx.problem.notes:  # choices this machine cannot run, said once
+        print(f"note: {note}", file=sys.stderr)
     store_run_settings(ctx.study, opts.max_trials, opts.protocol)  # for `tuner worker` on other hosts
     with study_run_lock(ctx.url, opts.study) as alone:
         if alone:
@@ -113,7 +115,8 @@ def describe_result(result: TuneResult) -> list[str]:
         err = ", ".join(f"{k}={v:.3g}" for k, v in winner["confirmed_metrics"].items() if k in winner["requirement"])
         lines.append(f"winner: trial {winner['trial']}, {lat['median_ms']:.2f} ms "
                      f"[95% CI {lat['ci_low_ms']:.2f}, {lat['ci_high_ms']:.2f}]{speed}, {err or 'no requirement'}")
-        lines.append(f"precision {winner['config'].get('precision')}, "
+        backend = f"{winner['config']['backend']}, " if "backend" in winner["config"] else ""
+        lines.append(f"{backend}precision {winner['config'].get('precision')}, "
                      f"{len(winner['config'].get('keep_float', []))} nodes kept in float")
     elif study.user_attrs.get("winner", False) is None:  # selection ran and found nothing feasible
         best = study.user_attrs.get("best_effort")
