@@ -174,7 +174,7 @@ def cmd_sensitivity(args) -> int:
     progress = (lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True)) if sys.stderr.isatty() else (lambda m: None)
     evaluator = Evaluator(problem.spec, persistent=True)
     table = analyze(problem, route, override, evaluator, progress)
-    print(f"\rsensitivity of {' '.join(v for k, v in route.items() if k in ('backend', 'precision'))} ({table['metric']}), {len(table['entries'])} candidates, "
+    print(f"\rsensitivity of {' '.join(route[k] for k in ('backend', 'precision') if k in route)} ({table['metric']}), {len(table['entries'])} candidates, "
           f"everything quantized: {table['error_all_quantized']:.4g}{' (cached)' if table['cached'] else ''}")
     print(f"{'rank':>4s}  {'candidate':40s} {'only it quantized':>17s} {'all but it':>11s} {'fp32 share':>10s} {'gain ms':>8s}")
     for i, e in enumerate(table["entries"][: args.limit], 1):
