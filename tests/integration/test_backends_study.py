@@ -68,3 +68,43 @@ def test_sensitivity_ranks_the_planted_blocks_first_for_openvino_int8(tmp_path, 
     assert {rows[0][1], rows[1][1]} == {"block1", "block3"}, rows
     assert all(float(r[5]) > 0 for r in rows)  # every block has a share of the OpenVINO profile
     assert np.isclose(sum(float(r[5]) for r in rows), 1.0, atol=0.05)
+
+
+SENSITIVITY_SPACE = """\
+name: two-backends-sensitivity
+parameters:
+  backend: {type: categorical, choices: [onnxruntime, openvino], default: onnxruntime}
+  precision: {type: categorical, choices: [fp32], default: fp32, when: {backend: [onnxruntime]}}
+  ov_precision: {type: categorical, choices: [fp32, int8], default: fp32, key: precision, when: {backend: [openvino]}}
+  static_shapes: {type: bool, default: true, when: {backend: [openvino]}}
+layer_overrides:
+  ov_keep_float:
+    key: keep_float
+    when: {ov_precision: [int8]}
+    op_types: [MatMul]
+    granularity: group
+    group_pattern: '^(block\\d+)/'
+    encoding: sensitivity
+"""
+
+
+# OpenVINO int8 at 2x64x256: everything 0.015, block1 kept in float 0.0042, block3 0.0115, both 0.0010.
+REQUIRE = "cos<=0.002"
+
+
+def test_the_sensitivity_encoding_ranks_and_queues_the_openvino_float_set(tmp_path):
+    from tuner.demo import write_demo_model
+
+    planted = write_demo_model(str(tmp_path / "planted.onnx"), outliers=2)
+    (tmp_path / "space.yaml").write_text(SENSITIVITY_SPACE)
+    study = tune(TuneOptions(study="sens", model=planted, storage=f"sqlite:///{tmp_path}/sens.db",
+                             space=str(tmp_path / "space.yaml"), shapes=["x=2x64x256"], require=REQUIRE, seed=0,
+                             n_trials=3, protocol=FAST, progress=False, quiet=True, select=False)).study
+    ranking = study.user_attrs["tuner_settings"]["rankings"]["ov_keep_float"]
+    assert ranking["route"] == {"precision": "int8", "backend": "openvino"}
+    assert sorted(ranking["order"][:ranking["cut"]]) == ["block1", "block3"]
+    greedy, = [t for t in study.trials if t.user_attrs.get("enqueued") == "greedy"]
+    config = greedy.user_attrs["config"]
+    assert config["backend"] == "openvino" and config["precision"] == "int8"
+    assert {n.split("/")[0] for n in config["keep_float"]} == {"block1", "block3"}
+    assert greedy.user_attrs["metrics"]["cos"] <= 0.002
