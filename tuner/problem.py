@@ -14,7 +14,7 @@ from .backends.base import available_backends, get_backend, known_backends
 from .errors import UserError
 from .measure.requirement import Requirement
 from .model import ModelFile, input_specs, load_model, model_hash, parse_shape_profile, resolve_shapes
-from .space import BACKEND, ROUTE_KEY, Space, defaults_chooser, load_space, normalize, parse_set
+from .space import BACKEND, ROUTE_KEY, Space, defaults_chooser, load_space, normalize, parse_set, trial_params
 
 
 @dataclass
@@ -145,5 +145,12 @@ def check_backends(space: Space) -> tuple[Space, list[str]]:
 
 
 def config_from_sets(problem: Problem, sets: list[str] | None) -> dict:
-    """The config of `--set key=value ...`, every other parameter at its default."""
-    return normalize(problem.space, defaults_chooser(parse_set(sets, problem.space)), problem.graph_nodes)
+    """The config of `--set key=value ...`, every other parameter at its default. A value for a
+    parameter whose condition does not hold (ov_precision without backend=openvino) is refused."""
+    values = parse_set(sets, problem.space)
+    asked = trial_params(problem.space, defaults_chooser(values), problem.graph_nodes)
+    for name in values:
+        p = problem.space.param(name)
+        if p is not None and name not in asked:
+            raise UserError(f"--set {name}: inactive here, it applies when {p.when}; set those too")
+    return normalize(problem.space, defaults_chooser(values), problem.graph_nodes)

@@ -18,10 +18,14 @@ layer_overrides:
 NODES = [("a", "MatMul"), ("b", "MatMul")]
 
 
-def _space(tmp_path, text):
+def _space_file(tmp_path, text):
     path = tmp_path / "space.yaml"
     path.write_text(text)
-    return load_space(str(path))
+    return path
+
+
+def _space(tmp_path, text):
+    return load_space(str(_space_file(tmp_path, text)))
 
 
 def test_parameters_of_different_backends_share_a_key(tmp_path):
@@ -54,3 +58,21 @@ def test_removing_a_choice_removes_what_depends_on_it(tmp_path):
     backend = space.param("backend")
     left = space.with_param("backend", type(backend)(**{**backend.__dict__, "choices": ["onnxruntime"]}))
     assert [p.name for p in left.params] == ["backend", "precision"] and [o.name for o in left.overrides] == ["keep_float"]
+
+
+
+ORT_ONLY = """\
+parameters:
+  precision: {type: categorical, choices: [fp32, int8-dynamic], default: fp32}
+  dyn_per_channel: {type: bool, default: false, when: {precision: [int8-dynamic]}}
+"""
+
+
+def test_a_set_value_whose_condition_does_not_hold_is_refused(demo_path, tmp_path):
+    from tuner.problem import config_from_sets, load_problem
+
+    problem = load_problem(demo_path, str(_space_file(tmp_path, ORT_ONLY)), shapes=["x=2x64x256"], n_batches=1)
+    with pytest.raises(UserError, match=r"--set dyn_per_channel: inactive here, it applies when \{'precision'"):
+        config_from_sets(problem, ["dyn_per_channel=true"])
+    assert config_from_sets(problem, ["precision=int8-dynamic", "dyn_per_channel=true"]) == {
+        "precision": "int8-dynamic", "dyn_per_channel": True}
