@@ -127,10 +127,16 @@ class Space:
 
 
 def _implied(when: dict[str, list], by_name: dict[str, Param]) -> dict[str, set]:
+    """{parameter: allowed values} of a condition and of its parameters' own conditions, intersected."""
     out: dict[str, set] = {}
+
+    def allow(name: str, values: set) -> None:
+        out[name] = out[name] & values if name in out else set(values)
+
     for dep, values in when.items():
-        for k, v in [(dep, set(values))] + list(_implied(by_name[dep].when, by_name).items() if dep in by_name else []):
-            out[k] = out[k] & v if k in out else set(v)
+        allow(dep, set(values))
+        for name, inherited in (_implied(by_name[dep].when, by_name) if dep in by_name else {}).items():
+            allow(name, inherited)
     return out
 
 
