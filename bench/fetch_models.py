@@ -1,6 +1,7 @@
 """Real-weight ONNX models from a registry package, fetched offline-friendly: PP-OCRv4 det/rec and the
 mobile cls model ship inside the rapidocr-onnxruntime wheel. Only the .onnx files are extracted
-(nothing is installed), into bench/models/ (git-ignored).
+(nothing is installed), into bench/models/ (git-ignored). `ocr_rec_inputs` renders text lines as the
+recognizer's inputs (pillow, in the bench extra): on noise the models' outputs mean nothing.
 
   python bench/fetch_models.py            # prints the paths
 """
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import glob
 import os
+
+import numpy as np
 import subprocess
 import sys
 import tempfile
@@ -34,6 +37,44 @@ def ocr_model(name: str) -> str:
                 if member.endswith(".onnx"):
                     with open(os.path.join(MODELS_DIR, os.path.basename(member)), "wb") as f:
                         f.write(z.read(member))
+    return path
+
+
+WORDS = ("OpenVINO engine tuner 2026 invoice TOTAL 42.50 EUR receipt no. 7731 Optuna trial latency "
+         "accuracy cosine PaddleOCR detection recognition Hello World quick brown fox jumps lazy dog").split()
+REC_SHAPE = (8, 3, 48, 320)  # a batch of text lines as rapidocr feeds the recognizer (height 48)
+
+
+def _text_line(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
+    """One line of dark text on a light background, HxWx3 in [0, 1]."""
+    try:
+        from PIL import Image, ImageDraw, ImageFont
+    except ImportError:
+        raise SystemExit('the PP-OCR inputs need pillow: pip install -e ".[bench]"') from None
+    img = Image.new("RGB", (width, height), tuple(int(v) for v in rng.integers(200, 256, 3)))
+    size = int(rng.integers(22, 34))
+    try:
+        font = ImageFont.truetype("DejaVuSans.ttf", size)
+    except OSError:  # no DejaVu on this system: Pillow's own scalable default
+        font = ImageFont.load_default(size)
+    text = " ".join(rng.choice(WORDS, int(rng.integers(2, 6))))
+    ImageDraw.Draw(img).text((int(rng.integers(2, width // 8)), int(rng.integers(2, 8))), text,
+                             fill=tuple(int(v) for v in rng.integers(0, 60, 3)), font=font)
+    return np.asarray(img, np.float32) / 255.0
+
+
+def ocr_rec_inputs(n_batches: int = 4, seed: int = 0) -> str:
+    """bench/models/ocr-rec-inputs.npz: rendered text lines normalized as rapidocr does ((x - 0.5) / 0.5),
+    NCHW float32, [n_batches, 8, 3, 48, 320] (tuner --data)."""
+    path = os.path.join(MODELS_DIR, "ocr-rec-inputs.npz")
+    if os.path.isfile(path):
+        return path
+    rng = np.random.default_rng(seed)
+    n, _, h, w = REC_SHAPE
+    lines = [(_text_line(rng, w, h) - 0.5) / 0.5 for _ in range(n_batches * n)]
+    x = np.stack([a.transpose(2, 0, 1) for a in lines]).astype(np.float32).reshape(n_batches, *REC_SHAPE)
+    os.makedirs(MODELS_DIR, exist_ok=True)
+    np.savez(path, x=x)
     return path
 
 

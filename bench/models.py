@@ -1,12 +1,14 @@
 """Benchmark models built offline, random weights with a fixed seed, exported to ONNX:
 ResNet-18 and MobileNetV3-Small (the torchvision layer layouts, written out in bench/vision.py because
 the registry's torchvision wheel is linked against CUDA torch and does not import with the CPU build), and a BERT-style encoder (transformers' BertModel:
-6 layers, hidden 384, 12 heads, sequence 128). The demo model (tuner.demo) and the real-weight
-PP-OCRv4 models (bench/fetch_models.py) need no torch. Needs the `bench` extra:
-pip install -e ".[bench]"   (torch==2.13.0 is a CPU build)
+6 layers, hidden 384, 12 heads, sequence 128). Real weights: `minilm`, the sentence encoder
+paraphrase-MiniLM-L3-v2 with real sentences as inputs (bench/encoder.py), and `ocr-rec`, PP-OCRv4's
+text recognizer from the rapidocr-onnxruntime wheel with rendered text lines as inputs
+(bench/fetch_models.py). The demo model (tuner.demo) and the PP-OCRv4 models need no torch. Needs the
+`bench` extra: pip install -e ".[bench]"   (torch==2.13.0 is a CPU build)
 
   python bench/models.py bert           # prints the path (bench/models/bert-6x384.onnx)
-  python bench/models.py resnet18 mobilenetv3
+  python bench/models.py resnet18 mobilenetv3 minilm ocr-rec
 """
 from __future__ import annotations
 
@@ -78,8 +80,20 @@ def bert_model(seed: int = 0) -> str:
     return _export(Encoder(model), torch.randint(0, BERT_VOCAB, (1, BERT_SEQ)), path, "input_ids", "hidden")
 
 
+def minilm_model() -> str:
+    import encoder
+
+    return encoder.minilm_model()[0]
+
+
+def ocr_rec_model() -> str:
+    import fetch_models
+
+    return fetch_models.ocr_model("ocr-rec")
+
+
 BUILDERS = {"bert": bert_model, "resnet18": lambda: vision_model("resnet18"),
-            "mobilenetv3": lambda: vision_model("mobilenet_v3_small")}
+            "mobilenetv3": lambda: vision_model("mobilenet_v3_small"), "minilm": minilm_model, "ocr-rec": ocr_rec_model}
 
 
 if __name__ == "__main__":

@@ -67,7 +67,8 @@ def _add_problem_args(p: argparse.ArgumentParser, model_optional: bool = False) 
         p.add_argument("model", nargs="?", help="path of the .onnx model (needed to create a study; default on resume: the stored one)")
     else:
         p.add_argument("model", help="path of the .onnx model")
-    p.add_argument("--space", help="space file (YAML); default: search_spaces/onnxruntime-cpu.yaml")
+    p.add_argument("--space", help="space file (YAML); default: search_spaces/cpu.yaml where OpenVINO is installed, "
+                                   "else search_spaces/onnxruntime-cpu.yaml")
     p.add_argument("--data", help=".npz with one array per input, leading axis = batches (default: synthetic inputs, "
                                   "floats standard normal, integers from --int-range)")
     p.add_argument("--calib-data", help=".npz of calibration batches (default: the first validation batches)")
@@ -179,7 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run="cmd_demo")
     p = sub.add_parser("sensitivity", help="rank the per-layer candidates of a quantizing route by the error they cause")
     _add_problem_args(p)
-    p.add_argument("--route", default="int8-dynamic", help="quantizing route (default int8-dynamic; int8-static, int4-weight)")
+    p.add_argument("--backend", help="the backend whose route is ranked, in a space over several, e.g. openvino "
+                                     "(default: the space's only backend)")
+    p.add_argument("--route", help="quantizing route (default: the backend's first: int8-dynamic for onnxruntime, "
+                                   "int8 for openvino; also int8-static, int4-weight)")
     p.add_argument("--set", action="append", help="route option, e.g. dyn_per_channel=true (repeatable; default: the route's defaults)")
     p.add_argument("--groups", metavar="PATTERN", help="rank groups of nodes by a regex with one capture group, e.g. "
                                                        "'^(block\\d+)/' (default: one candidate per node)")

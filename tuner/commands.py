@@ -13,7 +13,7 @@ from .export_files import MANIFEST, check_out_dir
 from .isolate import TrialFailure
 from .measure.latency import LatencyProtocol, steady
 from .model import input_specs, load_model
-from .problem import config_from_sets, load_problem, print_notes
+from .problem import check_backends, config_from_sets, load_problem, print_notes
 from .report.charts import sensitivity_figure
 from .report.html import write_report
 from .report.status import status_lines, studies_rows
@@ -24,7 +24,7 @@ from .run.worker import run_worker, worker_name
 from .api import study_problem
 from .backends.tensorrt import TensorRTBackend
 from .backends.tensorrt.routes import check_space_routes, format_json, format_table, format_yaml, parse_knob_database, space_parameters
-from .sensitivity import analyze, greedy_float_set, quantizing_override, write_table
+from .sensitivity import analyze, greedy_float_set, quantizing_override, route_config, write_table
 from .space import layer_candidates, load_space, parse_set
 from .storage import default_url, load_study, local_storage_urls, migrate, open_for_reading
 from .winner import export_winner, select_winner, verify_lines, verify_winner
@@ -36,7 +36,8 @@ def cmd_demo_model(args) -> int:
 
 
 def cmd_space(args) -> int:
-    space = load_space(args.space)
+    space, notes = check_backends(load_space(args.space))
+    print_notes(notes)
     model = load_model(args.model)
     nodes = [(n.name, n.op_type) for n in model.graph.node]
     print(f"inputs of {args.model}:")
@@ -44,14 +45,16 @@ def cmd_space(args) -> int:
         dims = ", ".join(str(d) if isinstance(d, int) else f"{d or '?'} (dynamic)" for d in spec.shape)
         fix = f"; give --shape {spec.name}=" + "x".join(str(d) if isinstance(d, int) else "N" for d in spec.shape) if spec.is_dynamic else ""
         print(f"  {spec.name:28s} {str(spec.dtype):11s} [{dims}]{fix}")
-    print(f"space {space.name} ({space.path}), backend {space.backend}")
+    print(f"space {space.name} ({space.path}), backend{'s' if len(space.backends) > 1 else ''} {', '.join(space.backends)}")
     for p in space.params:
         rng = p.choices if p.choices is not None else f"[{p.low}, {p.high}]"
         cond = f"  when {p.when}" if p.when else ""
-        print(f"  {p.name:28s} {p.type:11s} {str(rng):40s} default={p.default}{cond}")
+        key = f"  (config key {p.key})" if p.key != p.name else ""
+        print(f"  {p.name:28s} {p.type:11s} {str(rng):40s} default={p.default}{cond}{key}")
     for o in space.overrides:
         cands = layer_candidates(o, nodes)
-        print(f"  per-layer {o.name}: {len(cands)} {o.granularity} parameters over {o.op_types}, when {o.when}")
+        key = f" (config key {o.key})" if o.key != o.name else ""
+        print(f"  per-layer {o.name}{key}: {len(cands)} {o.granularity} parameters over {o.op_types}, when {o.when}")
         for suffix, members in list(cands.items())[: args.limit]:
             print(f"    {o.name}/{suffix}  ({len(members)} node{'s' if len(members) > 1 else ''})")
         if len(cands) > args.limit:
@@ -204,15 +207,15 @@ def cmd_demo(args) -> int:
 
 def cmd_sensitivity(args) -> int:
     problem = load_problem(args.model, args.space, args.data, args.calib_data, args.shape, args.int_range, args.require)
-    override = quantizing_override(problem, args.route)
+    route = route_config(problem, args.route, args.backend, parse_set(args.set, problem.space))
+    override = quantizing_override(problem, route["precision"], route.get("backend"))
     if args.groups:
         override = dataclasses.replace(override, granularity="group", group_pattern=args.groups)
-    route = {"precision": args.route} | parse_set(args.set, problem.space)
     print_notes(problem.notes)
     progress = (lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True)) if sys.stderr.isatty() else (lambda m: None)
     evaluator = Evaluator(problem.spec, persistent=True)
     table = analyze(problem, route, override, evaluator, progress, args.budget or None)
-    print(f"\rsensitivity of {args.route} ({table['metric']}), {len(table['entries'])} candidates, "
+    print(f"\rsensitivity of {' '.join(route[k] for k in ('backend', 'precision') if k in route)} ({table['metric']}), {len(table['entries'])} candidates, "
           f"everything quantized: {table['error_all_quantized']:.4g}{' (cached)' if table['cached'] else ''}")
     print(f"{'rank':>4s}  {'candidate':40s} {'only it quantized':>17s} {'all but it':>11s} {'fp32 share':>10s} {'gain ms':>8s}")
     for i, e in enumerate(table["entries"][: args.limit], 1):

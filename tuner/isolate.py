@@ -15,7 +15,8 @@ import traceback
 from typing import Any, Callable
 
 _CTX = None
-PRELOAD = ["tuner.evaluate", "tuner.backends.onnxruntime"]
+# Preloaded into the forkserver (a backend whose library is missing is skipped there).
+PRELOAD = ["tuner.evaluate", "tuner.backends.onnxruntime", "tuner.backends.openvino"]
 
 
 class TrialFailure(Exception):

@@ -5,8 +5,9 @@ requirements and backends get one line each). Nothing here builds or times an en
 """
 from __future__ import annotations
 
+import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ from .backends.base import available_backends, get_backend, known_backends
 from .errors import UserError
 from .measure.requirement import Requirement
 from .model import ModelFile, TensorSpec, input_specs, load_model, model_hash, parse_shape_profile, resolve_shapes
-from .space import Space, defaults_chooser, load_space, normalize, parse_set
+from .space import BACKEND, ROUTE_KEY, Space, defaults_chooser, load_space, normalize, parse_set, trial_params
 
 
 @dataclass
@@ -77,8 +78,7 @@ def load_problem(model_path: str, space_path: str | None = None, data: str | Non
     spec = ProblemSpec(model_path, space_path, data, calib_data, shapes, int_ranges,
                        require if isinstance(require, (str, type(None))) else ",".join(require), n_batches, n_calib)
     requirement = Requirement.parse(require)
-    space = load_space(space_path)
-    notes = check_backends(space)
+    space, notes = check_backends(load_space(space_path))
     proto = load_model(model_path)
     specs = input_specs(proto)
     profile = parse_shape_profile(shapes)
@@ -123,9 +123,14 @@ def print_notes(notes: list[str]) -> None:
         print(f"note: {note}", file=sys.stderr)
 
 
-def check_backends(space: Space) -> list[str]:
-    """The space's backends exist and their libraries import; every parameter is one some backend knows,
-    and every precision route is one some backend realises. Returns notes for the user."""
+def check_backends(space: Space) -> tuple[Space, list[str]]:
+    """The space as this machine can run it, and notes for the user (one per dropped set).
+
+    The space's backends must exist. In a space over several backends, a backend whose library does
+    not import here is dropped from the `backend` choices with what depends on it; a space's only
+    backend must import. Each backend's optional `adapt` hook then drops the choices its device
+    cannot run. Every remaining parameter must be a setting of a backend it can be active with, and
+    every route one that backend realises."""
     names = space.backends
     unknown = [n for n in names if n not in known_backends()]
     if unknown:
@@ -133,24 +138,53 @@ def check_backends(space: Space) -> list[str]:
     usable = available_backends(names)
     if not usable:
         get_backend(names[0])  # raises the one line that says what to install
-    backends = [get_backend(n) for n in usable]
-    routes = sorted({r for b in backends for r in b.routes})
+    notes: list[str] = []
+    where = os.path.basename(space.path)
+    if len(usable) < len(names):
+        chooser = space.param(BACKEND)
+        for name in names:
+            if name not in usable:
+                try:
+                    get_backend(name)
+                except UserError as exc:
+                    notes.append(f"{where}: the {name} choices are left out: {exc}")
+        space = space.with_param(BACKEND, replace(chooser, choices=usable, default=chooser.default
+                                                  if chooser.default in usable else usable[0]))
+    backends = {n: get_backend(n) for n in usable}
+    for name, backend in backends.items():
+        adapt = getattr(backend, "adapt", None)
+        for p in list(space.params) if adapt else []:
+            if p.name == BACKEND or space.param(p.name) is None or name not in space.backends_of(p.when):
+                continue
+            new, reason = adapt(space.param(p.name))
+            space = space.with_param(p.name, new)
+            if reason:
+                notes.append(f"{where}: {name} on this device: {reason}")
     for p in space.params:
-        if p.name == "backend":
+        if p.name == BACKEND:
             continue
-        if not any(b.knows(p.name) for b in backends):
-            why = "; ".join(b.why_unknown(p.name) for b in backends if hasattr(b, "why_unknown"))
-            raise UserError(f"{space.path}: parameters.{p.name}: no backend of this space ({', '.join(usable)}) "
+        mine = [backends[n] for n in space.backends_of(p.when)]
+        if not any(b.knows(p.key) for b in mine):
+            why = "; ".join(b.why_unknown(p.key) for b in mine if hasattr(b, "why_unknown"))
+            raise UserError(f"{space.path}: parameters.{p.name}: no backend of this space ({', '.join(b.name for b in mine)}) "
                             f"has such a setting{f' ({why})' if why else ''}; check the spelling "
                             "(tuner space MODEL lists a space's parameters)")
-        if p.name == "precision":
+        if p.key == ROUTE_KEY:
+            routes = sorted({r for b in mine for r in b.routes})
             bad = [c for c in p.choices or [] if c not in routes]
             if bad:
-                raise UserError(f"{space.path}: parameters.precision: unknown route {bad[0]!r}; "
+                raise UserError(f"{space.path}: parameters.{p.name}: unknown route {bad[0]!r}; "
                                 f"the routes are {', '.join(routes)}")
-    return []
+    return space, notes
 
 
 def config_from_sets(problem: Problem, sets: list[str] | None) -> dict:
-    """The config of `--set key=value ...`, every other parameter at its default."""
-    return normalize(problem.space, defaults_chooser(parse_set(sets, problem.space)), problem.graph_nodes)
+    """The config of `--set key=value ...`, every other parameter at its default. A value for a
+    parameter whose condition does not hold (ov_precision without backend=openvino) is refused."""
+    values = parse_set(sets, problem.space)
+    asked = trial_params(problem.space, defaults_chooser(values), problem.graph_nodes)
+    for name in values:
+        p = problem.space.param(name)
+        if p is not None and name not in asked:
+            raise UserError(f"--set {name}: inactive here, it applies when {p.when}; set those too")
+    return normalize(problem.space, defaults_chooser(values), problem.graph_nodes)

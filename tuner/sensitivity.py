@@ -21,13 +21,13 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from . import cache
-from .backends.base import backend_versions
+from .backends.base import backend_versions, get_backend
 from .errors import UserError
 from .evaluate import Evaluator
 from .isolate import TrialFailure
 from .measure.latency import LatencyProtocol
 from .problem import Problem
-from .space import LayerOverride, defaults_chooser, effective_encoding, layer_candidates, normalize, route_choice
+from .space import BACKEND, ROUTE_KEY, LayerOverride, defaults_chooser, effective_encoding, layer_candidates, normalize, route_choice
 
 QUICK = LatencyProtocol(warmup=2, min_runs=5, max_runs=20, max_seconds=0.5)
 
@@ -81,20 +81,42 @@ def group_candidates(candidates: dict[str, list[str]], override: LayerOverride) 
     return by(lambda c: f"{order[(order.index(c) // size) * size]}..")
 
 
-def quantizing_override(problem: Problem, route: str) -> LayerOverride:
-    """The per-layer override that applies to `route`, or a plain refusal."""
-    for o in problem.space.overrides:
-        if route in o.when.get("precision", []):
+def quantizing_override(problem: Problem, route: str, backend: str | None = None) -> LayerOverride:
+    """The per-layer override that applies to `route` (of `backend`, in a space over several), or a
+    plain refusal."""
+    space = problem.space
+    mine = [o for o in space.overrides if backend is None or backend in space.backends_of(o.when)]
+    for o in mine:
+        if route in space.route_param(o)[1]:
             if not layer_candidates(o, problem.graph_nodes):
                 break
             return o
-    routes = sorted({r for o in problem.space.overrides for r in o.when.get("precision", [])})
-    raise UserError(f"route {route} has no per-layer candidates in this model and space; "
-                    f"per-layer choices exist for: {', '.join(routes) or 'no route'}")
+    routes = sorted({r for o in mine for r in space.route_param(o)[1]})
+    raise UserError(f"route {route} has no per-layer candidates in this model and space"
+                    f"{f' for backend {backend}' if backend else ''}; per-layer choices exist for: "
+                    f"{', '.join(routes) or 'no route'}")
+
+
+def route_config(problem: Problem, route: str | None, backend: str | None, values: dict) -> dict:
+    """The config a sensitivity analysis quantizes with: route, its options (config keys) and, in a space
+    over several backends, the backend. Without a route, the backend's first quantizing route."""
+    space = problem.space
+    if backend is not None and backend not in space.backends:
+        raise UserError(f"--backend {backend}: not a backend of the space {space.path} "
+                        f"({', '.join(space.backends)}); give a space with it, e.g. --space cpu.yaml")
+    if backend is None:  # the backend whose routes have `route`
+        backend = next((b for b in space.backends if route is None or route in get_backend(b).routes), space.backends[0])
+    route = route or get_backend(backend).quantizing_routes[0]
+    # The route's options at the space's defaults, as the study's trials build it; --set values over them.
+    route_name = next((p.name for p in space.params
+                       if p.key == ROUTE_KEY and route in (p.choices or []) and backend in space.backends_of(p.when)), None)
+    chosen = ({route_name: route} if route_name else {}) | ({BACKEND: backend} if len(space.backends) > 1 else {})
+    config = route_choice(space, normalize(space, defaults_chooser(chosen), problem.graph_nodes))
+    return config | {ROUTE_KEY: route} | space.keys(values)
 
 
 def _backend(problem: Problem, route_config: dict) -> str:
-    return route_config.get("backend") or problem.space.backends[0]
+    return route_config.get(BACKEND) or problem.space.backends[0]
 
 
 def _measure(evaluator: Evaluator, config: dict, timing: LatencyProtocol | None = None) -> dict:
@@ -127,8 +149,8 @@ def _entries(problem: Problem, route_config: dict, override: LayerOverride, eval
     for i, (cand, nodes) in enumerate(candidates.items()):
         on_progress(f"sensitivity {i + 1}/{len(candidates)}: {cand}")
         others = sorted(set(all_nodes) - set(nodes))
-        only = _measure(evaluator, route_config | {override.name: others}, QUICK)
-        all_but = _measure(evaluator, route_config | {override.name: sorted(nodes)})
+        only = _measure(evaluator, route_config | {override.key: others}, QUICK)
+        all_but = _measure(evaluator, route_config | {override.key: sorted(nodes)})
         out.append(Entry(cand, nodes, float(only["metrics"][metric]), float(all_but["metrics"][metric]),
                          sum(shares.get(n, 0.0) for n in nodes), fp32_ms - only["median_ms"]))
     return sorted(out, key=lambda e: (-e.error_only, e.error_all_but))
@@ -151,9 +173,9 @@ def analyze(problem: Problem, route_config: dict, override: LayerOverride, evalu
     metric = problem.requirement.primary_metric
     all_nodes = sorted(n for nodes in candidates.values() for n in nodes)
     shares = evaluator.node_times(_backend(problem, route_config))
-    fp32 = {k: v for k, v in route_config.items() if k == "backend"} | {"precision": "fp32"}
+    fp32 = {k: v for k, v in route_config.items() if k == BACKEND} | {"precision": "fp32"}
     fp32_ms = _measure(evaluator, fp32, QUICK)["median_ms"]
-    err_all = _measure(evaluator, route_config | {override.name: []})["metrics"][metric]
+    err_all = _measure(evaluator, route_config | {override.key: []})["metrics"][metric]
     args = (problem, route_config, override, evaluator)
     if budget is None or _full_cost(candidates) <= budget:
         entries = _entries(*args, candidates, all_nodes, shares, fp32_ms, on_progress)
@@ -172,7 +194,7 @@ def analyze(problem: Problem, route_config: dict, override: LayerOverride, evalu
             else:
                 entries += [Entry(c, nodes, g.error_only, g.error_all_but, sum(shares.get(n, 0.0) for n in nodes),
                                   0.0, group=g.name) for c, nodes in members.items()]
-    table = {"key": key, "route": route_config, "override": override.name, "metric": metric, "fp32_ms": fp32_ms,
+    table = {"key": key, "route": route_config, "override": override.name, "config_key": override.key, "metric": metric, "fp32_ms": fp32_ms,
              "error_all_quantized": err_all, "entries": [asdict(e) for e in entries], "cached": False,
              "builds": builds, "seconds": time.perf_counter() - started, "budget": budget}
     cache.write_json(name, table)
@@ -193,7 +215,7 @@ def greedy_float_set(problem: Problem, route_config: dict, table: dict, evaluato
         nonlocal builds
         builds += 1
         kept = sorted(n for name in names for n in nodes_of[name])
-        return _measure(evaluator, route_config | {table["override"]: kept})["feasible"]
+        return _measure(evaluator, route_config | {table.get("config_key", table["override"]): kept})["feasible"]
 
     def spent() -> bool:
         return budget is not None and builds >= budget
@@ -249,9 +271,9 @@ def study_rankings(problem: Problem, timeout_s: float = 600.0, quiet: bool = Tru
     progress = (lambda msg: None) if quiet else (lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True))
     with Evaluator(problem.spec, timeout_s, persistent=True) as evaluator:
         for o in wanted:
-            route = route_choice(problem.space, normalize(problem.space, defaults_chooser({"precision": o.sensitivity_route}),
-                                                          problem.graph_nodes))
-            out[o.name] = r = ranking_for_study(problem, route, o, evaluator, progress, budget)
+            backends = problem.space.backends_of(o.when)
+            config = route_config(problem, o.sensitivity_route, backends[0], {})
+            out[o.name] = r = ranking_for_study(problem, config, o, evaluator, progress, budget)
             if not quiet:
                 print(f"\rsensitivity of {o.sensitivity_route}: greedy float set {r['order'][:r['cut']]} "
                       f"({r['analysis_builds']} analysis builds, {r['analysis_s']:.0f} s)", file=sys.stderr)

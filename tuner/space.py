@@ -7,7 +7,7 @@ import importlib.util
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import yaml
@@ -23,11 +23,23 @@ def _spaces_dir() -> str:
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "search_spaces")
 
 
+def _openvino_installed() -> bool:
+    """Whether OpenVINO is installed here, found without importing it (the search must not load a
+    backend library); a broken install still loads no problem: its choices are dropped with a note."""
+    try:
+        return importlib.util.find_spec("openvino") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 SPACES_DIR = _spaces_dir()
-DEFAULT_SPACE = os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml")
+# One study across the CPU backends where OpenVINO is installed, else ONNX Runtime's space.
+DEFAULT_SPACE = os.path.join(SPACES_DIR, "cpu.yaml" if _openvino_installed() else "onnxruntime-cpu.yaml")
 TYPES = {"categorical", "bool", "int", "float"}
-PARAM_KEYS = {"type", "choices", "low", "high", "log", "default", "when"}
-OVERRIDE_KEYS = {"when", "op_types", "granularity", "group_pattern", "encoding", "near", "sensitivity_route"}
+PARAM_KEYS = {"type", "choices", "low", "high", "log", "default", "when", "key"}
+OVERRIDE_KEYS = {"when", "op_types", "granularity", "group_pattern", "encoding", "near", "sensitivity_route", "key"}
+ROUTE_KEY = "precision"  # the config key of a precision route (whatever the parameter is called)
+BACKEND = "backend"  # the parameter that chooses the backend in a space over several
 ENCODINGS = ("independent", "sensitivity", "groups", "auto")
 # encoding auto: one boolean per candidate up to this many candidates (TPE handles a handful), the
 # sensitivity ranking above it (one boolean per layer is too big a space for a few dozen trials).
@@ -44,6 +56,12 @@ class Param:
     high: float | None = None
     log: bool = False
     when: dict[str, list] = field(default_factory=dict)
+    # The config key the backend reads (default: the name). Two backends' parameters in one space
+    # can share a key (`precision`) under different names (`precision`, `ov_precision`).
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        self.key = self.key or self.name
 
 
 @dataclass
@@ -59,6 +77,10 @@ class LayerOverride:
     encoding: str = "independent"
     near: int = 3
     sensitivity_route: str | None = None
+    key: str = ""  # the config key of the kept-in-float node list (default: the name)
+
+    def __post_init__(self) -> None:
+        self.key = self.key or self.name
 
 
 @dataclass
@@ -72,8 +94,70 @@ class Space:
     @property
     def backends(self) -> list[str]:
         """The backends its candidates are built with: the choices of a `backend` parameter, else `backend:`."""
-        chooser = next((p for p in self.params if p.name == "backend"), None)
+        chooser = self.param(BACKEND)
         return [str(c) for c in chooser.choices] if chooser is not None else [self.backend]
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+    def conditions(self, when: dict[str, list]) -> dict[str, set]:
+        """Everything a `when` implies, its parameters' own conditions included: {parameter: allowed values}."""
+        return _implied(when, {p.name: p for p in self.params})
+
+    def backends_of(self, when: dict[str, list]) -> list[str]:
+        """The backends under which something with this condition can be active."""
+        allowed = self.conditions(when).get(BACKEND)
+        return [b for b in self.backends if allowed is None or b in allowed]
+
+    def route_param(self, override: LayerOverride) -> tuple[str, list]:
+        """(name of the parameter whose value is the route, the routes) of a per-layer override's `when`."""
+        return _route_condition(override.when, {p.name: p for p in self.params})
+
+    def keys(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Values by parameter name -> values by config key (per-layer names stay as they are)."""
+        by_name = {p.name: p.key for p in self.params}
+        return {by_name.get(k, k): v for k, v in values.items()}
+
+    def with_param(self, name: str, new: Param | None) -> "Space":
+        """This space with parameter `name` replaced by `new` (None: removed), and every parameter or
+        override whose condition can no longer hold removed with it."""
+        params = [new if p.name == name else p for p in self.params]
+        kept: dict[str, Param] = {}
+        for p in params:
+            if p is not None and _satisfiable(p.when, kept):
+                kept[p.name] = replace(p, when=_narrowed(p.when, kept))
+        overrides = [replace(o, when=_narrowed(o.when, kept)) for o in self.overrides if _satisfiable(o.when, kept)]
+        return replace(self, params=list(kept.values()), overrides=overrides)
+
+
+def _implied(when: dict[str, list], by_name: dict[str, Param]) -> dict[str, set]:
+    """{parameter: allowed values} of a condition and of its parameters' own conditions, intersected."""
+    out: dict[str, set] = {}
+
+    def allow(name: str, values: set) -> None:
+        out[name] = out[name] & values if name in out else set(values)
+
+    for dep, values in when.items():
+        allow(dep, set(values))
+        for name, inherited in (_implied(by_name[dep].when, by_name) if dep in by_name else {}).items():
+            allow(name, inherited)
+    return out
+
+
+def _route_condition(when: dict[str, list], by_name: dict[str, Param]) -> tuple[str, list]:
+    for dep, values in when.items():
+        if dep in by_name and by_name[dep].key == ROUTE_KEY:
+            return dep, list(values)
+    return ROUTE_KEY, []
+
+
+def _satisfiable(when: dict[str, list], kept: dict[str, Param]) -> bool:
+    return all(dep in kept and (kept[dep].choices is None or any(v in kept[dep].choices for v in vals))
+               for dep, vals in when.items())
+
+
+def _narrowed(when: dict[str, list], kept: dict[str, Param]) -> dict[str, list]:
+    return {dep: [v for v in vals if kept[dep].choices is None or v in kept[dep].choices] for dep, vals in when.items()}
 
 
 def _cores(v):
@@ -107,7 +191,11 @@ def load_space(path: str | None = None) -> Space:
         t = d.get("type")
         if t not in TYPES:
             fail(f"{where}.type", f"{t!r} is not one of {sorted(TYPES)}")
-        p = Param(name, t, _cores(d.get("default")), d.get("choices"), _cores(d.get("low")), _cores(d.get("high")), bool(d.get("log", False)), d.get("when") or {})
+        key = d.get("key", name)
+        if not isinstance(key, str) or not key:
+            fail(f"{where}.key", f"{key!r} is not a config key (a non-empty name)")
+        p = Param(name, t, _cores(d.get("default")), d.get("choices"), _cores(d.get("low")), _cores(d.get("high")),
+                  bool(d.get("log", False)), d.get("when") or {}, key)
         if t == "bool":
             p.choices = [False, True]
             if p.default is None:
@@ -148,7 +236,8 @@ def load_space(path: str | None = None) -> Space:
         near = d.get("near", 3)
         if not isinstance(near, int) or isinstance(near, bool) or near < 0:
             fail(f"{where}.near", f"{near!r} is not a count (0 or more)")
-        routes = (d.get("when") or {}).get("precision", [])
+        _check_when(fail, f"{where}.when", d.get("when") or {}, names, names, params)
+        _, routes = _route_condition(d.get("when") or {}, {p.name: p for p in params})
         route = d.get("sensitivity_route", routes[0] if routes else None)
         if encoding in ("sensitivity", "auto") and route not in routes:
             fail(f"{where}.sensitivity_route", f"{route!r} is not one of the routes in its when: {routes}")
@@ -164,9 +253,29 @@ def load_space(path: str | None = None) -> Space:
         ops = d.get("op_types")
         if not isinstance(ops, list) or not ops:
             fail(f"{where}.op_types", "needs a non-empty list of ONNX op types")
-        _check_when(fail, f"{where}.when", d.get("when") or {}, names, names, params)
-        overrides.append(LayerOverride(oname, d.get("when") or {}, ops, gran, d.get("group_pattern"), encoding, near, route))
+        key = d.get("key", oname)
+        if not isinstance(key, str) or not key:
+            fail(f"{where}.key", f"{key!r} is not a config key (a non-empty name)")
+        overrides.append(LayerOverride(oname, d.get("when") or {}, ops, gran, d.get("group_pattern"), encoding, near, route,
+                                       key))
+    _check_keys(fail, params, overrides)
     return Space(path, str(doc.get("name", os.path.basename(path))), str(doc.get("backend", "onnxruntime")), params, overrides)
+
+
+def _check_keys(fail, params: list[Param], overrides: list[LayerOverride]) -> None:
+    """Two parameters (or overrides) that write the same config key must never be active together:
+    some parameter must take disjoint values in their conditions (e.g. backend onnxruntime / openvino)."""
+    by_name = {p.name: p for p in params}
+    items = [(f"parameters.{p.name}", p.key, p.when) for p in params] + \
+            [(f"layer_overrides.{o.name}", o.key, o.when) for o in overrides]
+    for i, (where, key, when) in enumerate(items):
+        for other, other_key, other_when in items[:i]:
+            if key != other_key:
+                continue
+            a, b = _implied(when, by_name), _implied(other_when, by_name)
+            if not any(dep in b and not (a[dep] & b[dep]) for dep in a):
+                fail(f"{where}.key", f"{other} writes config key {key!r} too and both can be active in one "
+                                     "config; give them conditions that exclude each other (e.g. different backends)")
 
 
 def _check_entry(fail, where: str, entry, allowed: set[str], expected: str) -> None:
@@ -254,21 +363,22 @@ def normalize(space: Space, choose: Chooser, graph_nodes: list[tuple[str, str]],
               rankings: dict[str, dict] | None = None) -> dict[str, Any]:
     """Walk the space in order, asking `choose` only for active parameters.
 
-    Returns the normalized config: active parameters with values, and per override the sorted
-    list of node names kept in float. Inactive parameters are dropped, so equal builds get equal keys.
+    Returns the normalized config: active parameters' values under their config keys, and per override
+    the sorted list of node names kept in float. Inactive parameters are dropped, so equal builds get equal keys.
     rankings: per override with the sensitivity encoding, the study's ranking (tuner.sensitivity);
     without one, that override falls back to one boolean per candidate.
     """
-    config: dict[str, Any] = {}
+    values: dict[str, Any] = {}  # by parameter name: what the conditions read
+    config: dict[str, Any] = {}  # by config key: what the backend reads
     for p in space.params:
-        if _active(p.when, config):
-            config[p.name] = choose(p)
+        if _active(p.when, values):
+            values[p.name] = config[p.key] = choose(p)
     for o in space.overrides:
-        if not _active(o.when, config):
+        if not _active(o.when, values):
             continue
         ranking = (rankings or {}).get(o.name) if effective_encoding(o, graph_nodes) == "sensitivity" else None
         kept = _ranked_choice(o, ranking, choose) if ranking else _independent_choice(o, graph_nodes, choose)
-        config[o.name] = sorted(set(kept))
+        config[o.key] = sorted(set(kept))
     return config
 
 
@@ -294,14 +404,11 @@ def _ranked_choice(o: LayerOverride, ranking: dict, choose: Chooser) -> list[str
 def route_choice(space: Space, config: dict) -> dict:
     """The part of a config that makes the route: the backend, the precision route and every
     parameter that depends on it (its options); not session settings, not the per-layer float set."""
-    def key(p) -> str:  # the config key a parameter writes (a space over several backends renames some)
-        return getattr(p, "key", None) or p.name
-
-    route = {p.name for p in space.params if key(p) in ("precision", "backend")}
+    route = {p.name for p in space.params if p.key in (ROUTE_KEY, BACKEND)}
     for p in space.params:  # parameters come after those they depend on
         if any(dep in route for dep in p.when):
             route.add(p.name)
-    keys = {key(p) for p in space.params if p.name in route}
+    keys = {p.key for p in space.params if p.name in route}
     return {k: v for k, v in config.items() if k in keys}
 
 

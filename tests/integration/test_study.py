@@ -13,6 +13,7 @@ from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
 from tuner.search.trials import is_feasible
 from tuner.run.tune import tune
+from tuner.space import SPACES_DIR
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=1)
 
@@ -29,6 +30,7 @@ def independent_space(tmp_path, text: str = DEFAULT_SPACE_TEXT, name: str = "ind
 
 
 def options(tmp_path, model=None, **kw):
+    # ONNX Runtime's space: the default where OpenVINO is installed is cpu.yaml (tests/integration/test_backends_study.py)
     base = dict(study="s", model=model, storage=f"sqlite:///{tmp_path}/s.db", shapes=["x=2x64x256"],
                 require="cos<=0.005", seed=0, protocol=FAST, progress=False, quiet=True, top_k=2,
                 space=independent_space(tmp_path) if model else None)

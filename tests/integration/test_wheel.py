@@ -1,6 +1,7 @@
 """The built wheel, installed into a fresh virtual environment (not editable), has every module and
 the built-in spaces: `tuner space` runs on the demo model with the default space."""
 import glob
+import importlib.util
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ def test_the_wheel_ships_every_module_and_the_default_space(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     here = {os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "tuner", "**", "*.py"), recursive=True)}
     assert sorted(here - names) == []
-    assert "tuner/search_spaces/onnxruntime-cpu.yaml" in names
+    assert {f"tuner/search_spaces/{n}.yaml" for n in ("onnxruntime-cpu", "openvino-cpu", "cpu")} <= names
     # A fresh venv sees this one's dependencies through a .pth line; the wheel itself is installed plainly.
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -35,7 +36,8 @@ def test_the_wheel_ships_every_module_and_the_default_space(tmp_path):
                    capture_output=True)
     r = subprocess.run([py, "-m", "tuner.cli", "space", "demo.onnx"], cwd=elsewhere, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "space onnxruntime-cpu" in r.stdout and os.path.join("tuner", "search_spaces") in r.stdout, r.stdout
+    default = "cpu" if importlib.util.find_spec("openvino") else "onnxruntime-cpu"  # where OpenVINO is installed
+    assert f"space {default} (" in r.stdout and os.path.join("tuner", "search_spaces") in r.stdout, r.stdout
     where = subprocess.run([py, "-c", "import tuner; print(tuner.__file__)"], cwd=elsewhere, env=env,
                            capture_output=True, text=True).stdout
     assert where.startswith(site), where  # the wheel's copy ran, not the repository's

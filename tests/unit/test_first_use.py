@@ -128,12 +128,13 @@ def test_space_lists_the_models_inputs(capsys, demo_path):
 
 
 def test_notes_say_what_a_study_cannot_know(demo_path, tmp_path):
-    bare = load_problem(demo_path, shapes=["x=2x64x256"])
+    ort_only = os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml")  # cpu.yaml adds notes on what this CPU drops
+    bare = load_problem(demo_path, ort_only, shapes=["x=2x64x256"])
     assert len(bare.notes) == 2
     assert bare.notes[0].startswith("no --require: every trial counts as feasible")
     assert "synthetic inputs (x: standard normal)" in bare.notes[1] and "says little about a real task" in bare.notes[1]
     np.savez(tmp_path / "val.npz", x=np.zeros((1, 2, 64, 256), np.float32))
-    assert load_problem(demo_path, data=str(tmp_path / "val.npz"), require="cos<=0.01").notes == []
+    assert load_problem(demo_path, ort_only, data=str(tmp_path / "val.npz"), require="cos<=0.01").notes == []
 
 
 @pytest.mark.parametrize("objectives, timing, names", [

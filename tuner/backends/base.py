@@ -86,11 +86,17 @@ class Backend(Protocol):
         `inputs` (a dict of input name -> array), leaving the result in `outputs` (a list, in output order)."""
 
 
-# Optional: `node_times(model, batches, workdir) -> {node name: share of the run time}` for the
-# sensitivity profile; backends without a per-node profiler leave it out.
-# Optional: `measured(model, ctx, median_ms, feasible)`, told after an engine in ctx.workdir was timed
-# (tuner.evaluate.measure); TensorRT keeps the fastest feasible engine's tactics for later trials.
-# Optional: `why_unknown(parameter) -> str`, what is wrong with a parameter knows() refused (one phrase).
+# Optional hooks; a backend without them leaves them out:
+# - `node_times(model, batches, workdir) -> {node name: share of the run time}` for the sensitivity
+#   profile.
+# - `measured(model, ctx, median_ms, feasible)`, told after an engine in ctx.workdir was timed
+#   (tuner.evaluate.measure); TensorRT keeps the fastest feasible engine's tactics for later trials.
+# - `why_unknown(parameter) -> str`, what is wrong with a parameter knows() refused (one phrase).
+# - `adapt(param) -> (param or None, reason)`: the space parameter (tuner.space.Param, looked at by its
+#   config key) as this device can run it: choices that would build the same engine as another
+#   (a bf16 hint on a CPU without BF16) dropped, None for a parameter that changes nothing here, the
+#   default set to the library's own default on this device. `reason` says in one sentence what was
+#   dropped and why ("" when nothing was); it is shown to the user once.
 
 
 # name -> (module, class, the pip extra or package that brings its library)
@@ -98,6 +104,7 @@ _REGISTRY: dict[str, tuple[str, str, str]] = {
     "onnxruntime": ("tuner.backends.onnxruntime", "OnnxRuntimeBackend", "onnxruntime"),
     "onnxruntime-gpu": ("tuner.backends.onnxruntime_gpu", "OnnxRuntimeGpuBackend", "onnxruntime-gpu"),
     "tensorrt": ("tuner.backends.tensorrt", "TensorRTBackend", "engine-tuner[tensorrt]"),
+    "openvino": ("tuner.backends.openvino", "OpenVinoBackend", "engine-tuner[openvino]"),
 }
 
 

@@ -104,7 +104,10 @@ def parse_bounds(text: str | None) -> list[tuple[str, float]]:
 
 
 def route_of(t: FrozenTrial) -> str:
-    return str((t.user_attrs.get("config") or {}).get("precision", t.params.get("precision", "?")))
+    """The precision route, with the backend in a study over several ("openvino int8")."""
+    config = t.user_attrs.get("config") or {}
+    route = str(config.get("precision", t.params.get("precision", "?")))
+    return f"{config['backend']} {route}" if "backend" in config else route
 
 
 def _is_layer_param(name: str) -> bool:

@@ -122,7 +122,8 @@ def describe_result(result: TuneResult) -> list[str]:
         err = ", ".join(f"{k}={v:.3g}" for k, v in winner["confirmed_metrics"].items() if k in winner["requirement"])
         lines.append(f"winner: trial {winner['trial']}, {lat['median_ms']:.2f} ms "
                      f"[95% CI {lat['ci_low_ms']:.2f}, {lat['ci_high_ms']:.2f}]{speed}, {err or 'no requirement'}")
-        lines.append(f"precision {winner['config'].get('precision')}, "
+        backend = f"{winner['config']['backend']}, " if "backend" in winner["config"] else ""
+        lines.append(f"{backend}precision {winner['config'].get('precision')}, "
                      f"{len(winner['config'].get('keep_float', []))} nodes kept in float")
         load = winner.get("load") or {}
         if load.get("busy"):

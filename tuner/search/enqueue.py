@@ -1,11 +1,12 @@
-"""Configs a study tries first: the baseline (the backend's defaults, trial 0), the greedy float set
-of a sensitivity ranking, and the user's --enqueue configs."""
+"""Configs a study tries first: the baseline (the backend's defaults, trial 0), in a space over several
+backends each other backend's own defaults, the greedy float set of a sensitivity ranking, and the
+user's --enqueue configs."""
 from __future__ import annotations
 
 from ..errors import UserError
 from ..problem import Problem
 from ..record import BASELINE, ENQUEUED
-from ..space import Space, defaults_chooser, normalize, parse_set, trial_params
+from ..space import BACKEND, Space, defaults_chooser, normalize, parse_set, trial_params
 from .study import StudyContext
 
 BASELINE_ENQUEUED = "baseline_enqueued"
@@ -46,9 +47,10 @@ def parse_enqueue(problem: Problem, settings: dict, items: list[str]) -> list[di
 
 
 def enqueue_initial(ctx: StudyContext, extra: list[str]) -> None:
-    """Trial 0 is the backend's default configuration (once per study); then another study's best
-    configs (--warm-start, its winner first), the greedy set of each sensitivity ranking (once per
-    ranking), then any --enqueue configs."""
+    """Trial 0 is the default configuration (once per study); in a space over several backends, the
+    other backends' own defaults next (what a user would try instead: "just use OpenVINO"); then another
+    study's best configs (--warm-start, its winner first), the greedy set of each sensitivity ranking
+    (once per ranking), then any --enqueue configs."""
     study, problem = ctx.study, ctx.problem
     grid = ctx.settings["sampler"] == "grid"
     rankings = ctx.settings.get("rankings")
@@ -56,11 +58,20 @@ def enqueue_initial(ctx: StudyContext, extra: list[str]) -> None:
     if not study.user_attrs.get(BASELINE_ENQUEUED):
         study.enqueue_trial(baseline_params(ctx), user_attrs={BASELINE: True})
         study.set_user_attr(BASELINE_ENQUEUED, True)
+    chooser = problem.space.param(BACKEND)
+    for backend in chooser.choices if chooser is not None else []:
+        if backend != chooser.default and not study.user_attrs.get(f"defaults_enqueued/{backend}"):
+            study.enqueue_trial(params_for(problem.space, problem.graph_nodes, {BACKEND: backend}, grid, rankings),
+                                user_attrs={ENQUEUED: f"{backend} defaults"})
+            study.set_user_attr(f"defaults_enqueued/{backend}", True)
     for i, params in enumerate(ctx.warm_params):
         study.enqueue_trial(params, user_attrs={ENQUEUED: f"warm start {i + 1}"}, skip_if_exists=True)
     for name, r in (rankings or {}).items():
         if r["greedy_feasible"] and not study.user_attrs.get(f"greedy_enqueued/{r['table_key']}"):
-            values = {"precision": r["route"]["precision"], f"{name}/top_k": r["cut"]}
+            route_param, _ = problem.space.route_param(next(o for o in problem.space.overrides if o.name == name))
+            values = {route_param: r["route"]["precision"], f"{name}/top_k": r["cut"]}
+            if BACKEND in r["route"]:
+                values[BACKEND] = r["route"][BACKEND]
             study.enqueue_trial(params_for(problem.space, problem.graph_nodes, values, grid, rankings),
                                 user_attrs={ENQUEUED: "greedy"})
             study.set_user_attr(f"greedy_enqueued/{r['table_key']}", True)

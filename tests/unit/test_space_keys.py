@@ -1,0 +1,78 @@
+"""Parameters with a config key (`key:`): two that can be active together may not share one; a
+space over several backends normalizes each backend's parameters under the keys it reads."""
+import pytest
+
+from tuner.errors import UserError
+from tuner.space import defaults_chooser, load_space, normalize
+
+TWO_BACKENDS = """\
+parameters:
+  backend: {type: categorical, choices: [onnxruntime, openvino], default: onnxruntime}
+  precision: {type: categorical, choices: [fp32, int8-dynamic], default: fp32, when: {backend: [onnxruntime]}}
+  ov_precision: {type: categorical, choices: [fp32, int8], default: fp32, key: precision, %s}
+  int8_model_type: {type: categorical, choices: [none, transformer], default: none, when: {ov_precision: [int8]}}
+layer_overrides:
+  keep_float: {when: {precision: [int8-dynamic]}, op_types: [MatMul]}
+  ov_keep_float: {key: keep_float, when: {ov_precision: [int8]}, op_types: [MatMul]}
+"""
+NODES = [("a", "MatMul"), ("b", "MatMul")]
+
+
+def _space_file(tmp_path, text):
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    return path
+
+
+def _space(tmp_path, text):
+    return load_space(str(_space_file(tmp_path, text)))
+
+
+def test_parameters_of_different_backends_share_a_key(tmp_path):
+    space = _space(tmp_path, TWO_BACKENDS % "when: {backend: [openvino]}")
+    assert space.backends == ["onnxruntime", "openvino"] and space.param("ov_precision").key == "precision"
+    assert normalize(space, defaults_chooser(), NODES) == {"backend": "onnxruntime", "precision": "fp32"}
+    ov = normalize(space, defaults_chooser({"backend": "openvino", "ov_precision": "int8", "ov_keep_float/b": True}), NODES)
+    assert ov == {"backend": "openvino", "precision": "int8", "int8_model_type": "none", "keep_float": ["b"]}
+    assert space.backends_of(space.overrides[1].when) == ["openvino"]  # through ov_precision's own condition
+    assert space.route_param(space.overrides[1]) == ("ov_precision", ["int8"])
+
+
+@pytest.mark.parametrize("condition", ["when: {}", "when: {backend: [onnxruntime, openvino]}"])
+def test_two_parameters_that_can_be_active_together_may_not_share_a_key(tmp_path, condition):
+    with pytest.raises(UserError, match=r"parameters\.ov_precision\.key: parameters\.precision writes config key "
+                                        r"'precision' too"):
+        _space(tmp_path, TWO_BACKENDS % condition)
+
+
+def test_overrides_sharing_a_key_need_exclusive_conditions_too(tmp_path):
+    text = TWO_BACKENDS % "when: {backend: [openvino]}"
+    text = text.replace("ov_keep_float: {key: keep_float, when: {ov_precision: [int8]}",
+                        "ov_keep_float: {key: keep_float, when: {backend: [onnxruntime, openvino]}")
+    with pytest.raises(UserError, match=r"layer_overrides\.ov_keep_float\.key"):
+        _space(tmp_path, text)
+
+
+def test_removing_a_choice_removes_what_depends_on_it(tmp_path):
+    space = _space(tmp_path, TWO_BACKENDS % "when: {backend: [openvino]}")
+    backend = space.param("backend")
+    left = space.with_param("backend", type(backend)(**{**backend.__dict__, "choices": ["onnxruntime"]}))
+    assert [p.name for p in left.params] == ["backend", "precision"] and [o.name for o in left.overrides] == ["keep_float"]
+
+
+
+ORT_ONLY = """\
+parameters:
+  precision: {type: categorical, choices: [fp32, int8-dynamic], default: fp32}
+  dyn_per_channel: {type: bool, default: false, when: {precision: [int8-dynamic]}}
+"""
+
+
+def test_a_set_value_whose_condition_does_not_hold_is_refused(demo_path, tmp_path):
+    from tuner.problem import config_from_sets, load_problem
+
+    problem = load_problem(demo_path, str(_space_file(tmp_path, ORT_ONLY)), shapes=["x=2x64x256"], n_batches=1)
+    with pytest.raises(UserError, match=r"--set dyn_per_channel: inactive here, it applies when \{'precision'"):
+        config_from_sets(problem, ["dyn_per_channel=true"])
+    assert config_from_sets(problem, ["precision=int8-dynamic", "dyn_per_channel=true"]) == {
+        "precision": "int8-dynamic", "dyn_per_channel": True}

@@ -1,0 +1,83 @@
+"""The OpenVINO CPU backend: precision routes as NNCF rewrites of the model read from its ONNX file,
+compile properties as build settings, engine = export_model() bytes + the properties it was compiled with.
+
+Tested with openvino 2026.4 and nncf 3.4; NNCF is imported only by the routes that use it.
+Idle engines do not spin (ten compiled engines timed round-robin ran as fast as one alone), so
+BuildContext.side_by_side needs nothing here.
+"""
+from __future__ import annotations
+
+import platform
+from importlib.metadata import PackageNotFoundError, version
+
+import openvino as ov
+
+from ...model import ModelFile
+from ...space import Param
+from ..base import Batch, BuildContext
+from . import device
+from .engine import USAGE, OpenVinoEngine, load_engine, write_config
+from .profile import node_time_shares
+from .properties import DEVICE, PROPERTIES, compile_properties
+from .quantize import QUANTIZING_ROUTES, ROUTE_DEFAULTS, ROUTES, apply_precision
+
+
+class OpenVinoBackend:
+    name = "openvino"
+    device = "cpu"
+    routes = ROUTES
+    quantizing_routes = QUANTIZING_ROUTES
+
+    def __init__(self) -> None:
+        self._core: ov.Core | None = None
+
+    @property
+    def core(self) -> ov.Core:
+        """Created on first use: versions() and knows() never start the CPU plugin."""
+        if self._core is None:
+            self._core = ov.Core()
+        return self._core
+
+    def versions(self) -> dict[str, str]:
+        # Package versions ("2026.4.1"), not ov.get_version()'s build string with slashes;
+        # nncf's without importing it.
+        out = {"openvino": version("openvino")}
+        try:
+            out["nncf"] = version("nncf")
+        except PackageNotFoundError:
+            pass
+        return out
+
+    def device_info(self) -> dict:
+        info = device.plugin_info()
+        return {"device": "cpu", "machine": platform.machine(), "name": info["name"],
+                "capabilities": info["capabilities"]}
+
+    def knows(self, parameter: str) -> bool:
+        return parameter == "precision" or parameter in PROPERTIES or parameter in ROUTE_DEFAULTS
+
+    def adapt(self, param: Param) -> tuple[Param | None, str]:
+        return device.adapt(param)
+
+    def build(self, model: ModelFile, config: dict, ctx: BuildContext) -> OpenVinoEngine:
+        config = ROUTE_DEFAULTS | config
+        path = apply_precision(self.core, model.path, config, ctx)
+        props = compile_properties(config)
+        ctx.on_phase("compile")
+        # No CACHE_DIR: a compiled model loaded from OpenVINO's compile cache exports a blob that
+        # import_model rejects ("Unable to read the model"), and for a file the cache key includes
+        # its path, so trials (each in its own folder) never hit it anyway. It would save 0.05-0.25 s
+        # of compile time per build; calibration and weight compression, seconds each, it does not cache.
+        compiled = self.core.compile_model(path, DEVICE, props)
+        outputs = [o.name for o in model.proto.graph.output]
+        write_config(ctx.workdir, props, outputs)
+        return OpenVinoEngine(compiled, props, outputs)
+
+    def load(self, engine_dir: str) -> OpenVinoEngine:
+        return load_engine(self.core, engine_dir)
+
+    def usage(self, engine_dir: str) -> str:
+        return USAGE.format(dir=engine_dir)
+
+    def node_times(self, model: ModelFile, batches: list[Batch], workdir: str) -> dict[str, float]:
+        return node_time_shares(self.core, model, batches)

@@ -1,0 +1,33 @@
+"""OpenVINO CPU compile properties from a config: each space knob's OpenVINO spelling, and the fixed ones."""
+from __future__ import annotations
+
+from typing import Any
+
+DEVICE = "CPU"
+
+# Space knob (config key) -> compile property. Values go in as strings ("YES"/"NO", "bf16", "2"),
+# which is also how they are saved next to an exported engine.
+PROPERTIES = {
+    "inference_precision": "INFERENCE_PRECISION_HINT",  # ov.properties.hint.inference_precision: f32 | bf16 | f16
+    "inference_num_threads": "INFERENCE_NUM_THREADS",  # ov.properties.inference_num_threads: 1..cores
+    "enable_cpu_pinning": "ENABLE_CPU_PINNING",  # ov.properties.hint.enable_cpu_pinning
+    # ov.properties.hint.dynamic_quantization_group_size: int8 activations on the fly for
+    # weight-compressed MatMuls (0 = off); only CPUs with VNNI (or ARM dot-product) kernels use it.
+    "dynamic_quantization_group_size": "DYNAMIC_QUANTIZATION_GROUP_SIZE",
+}
+# Not searched: the tuner times one synchronous request, so the latency hint with one stream
+# (ov.properties.hint.performance_mode, ov.properties.num_streams). Both are the CPU plugin's own
+# defaults; set explicitly so that an exported engine keeps them wherever it is imported.
+# Two streams split the cores: one request ran 1.7-1.8x slower. ENABLE_CPU_RESERVATION is never
+# set: while one compiled model holds it, every other compile_model in the process fails.
+FIXED_PROPERTIES = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
+
+
+def compile_properties(config: dict[str, Any]) -> dict[str, str]:
+    """The compile properties of a normalized config (strings, JSON-ready)."""
+    props = dict(FIXED_PROPERTIES)
+    for key, prop in PROPERTIES.items():
+        if key in config:
+            value = config[key]
+            props[prop] = ("YES" if value else "NO") if isinstance(value, bool) else str(value)
+    return props
