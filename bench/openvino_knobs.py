@@ -78,7 +78,7 @@ def main(argv=None) -> int:
         for e in engines:
             e.close()
     base = statistics.median(samples[0])
-    print(f"\n| engine | error (cos) | median ms | time vs ORT defaults | build s | reported |\n|---|---|---|---|---|---|")
+    print("\n| engine | error (cos) | median ms | time vs ORT defaults | build s | reported |\n|---|---|---|---|---|---|")
     for (label, cos, build_s, reported), s in zip(rows, samples):
         ms = statistics.median(s)
         print(f"| {label} | {cos:.2g} | {ms:.2f} | {ms / base:.2f} | {build_s:.1f} | "

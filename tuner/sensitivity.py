@@ -268,11 +268,21 @@ def study_rankings(problem: Problem, timeout_s: float = 600.0, quiet: bool = Tru
     wanted = [o for o in problem.space.overrides if effective_encoding(o, problem.graph_nodes) == "sensitivity"]
     if not wanted:
         return out
-    progress = (lambda msg: None) if quiet else (lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True))
+    if quiet:
+        progress = lambda msg: None  # noqa: E731
+    elif sys.stderr.isatty():  # one line, rewritten
+        progress = lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True)  # noqa: E731
+    else:  # a log file: one line per step
+        progress = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     with Evaluator(problem.spec, timeout_s, persistent=True) as evaluator:
         for o in wanted:
             backends = problem.space.backends_of(o.when)
             config = route_config(problem, o.sensitivity_route, backends[0], {})
+            if not quiet:
+                n = len(layer_candidates(o, problem.graph_nodes))
+                print(f"ranking the {n} {o.name} candidates of {' '.join(config.get(k, '') for k in (BACKEND, ROUTE_KEY)).strip()} "
+                      f"by sensitivity, once per study (at most {budget or 'no cap on the'} builds; --sensitivity-budget)",
+                      file=sys.stderr)
             out[o.name] = r = ranking_for_study(problem, config, o, evaluator, progress, budget)
             if not quiet:
                 print(f"\rsensitivity of {o.sensitivity_route}: greedy float set {r['order'][:r['cut']]} "

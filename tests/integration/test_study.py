@@ -13,7 +13,6 @@ from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
 from tuner.search.trials import is_feasible
 from tuner.run.tune import tune
-from tuner.space import SPACES_DIR
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=1)
 

@@ -12,6 +12,7 @@ from ..errors import UserError
 from ..search.enqueue import parse_enqueue
 from ..search.settings import check_data, check_inputs, given_settings, merge_settings, new_settings, problem_spec
 from ..search.study import StudyContext, create_or_resume, load_existing, stored_settings
+from ..problem import print_notes
 from ..sensitivity import study_rankings
 from ..space import effective_encoding
 from ..storage import check_study_name, local_path, open_storage
@@ -52,6 +53,7 @@ def _open_study(opts: TuneOptions) -> StudyContext:
     if stored:
         check_inputs(opts.study, settings, opts.force)
     problem = problem_spec(settings).load()  # validates model, data, space and requirement before any write
+    print_notes(problem.notes)  # before the sensitivity analysis, which can take minutes
     if stored:
         check_data(opts.study, stored, problem.data_hash)
     parse_enqueue(problem, settings, opts.enqueue)  # refused here, before the study exists or anything is built

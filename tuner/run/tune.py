@@ -11,7 +11,6 @@ from optuna.trial import TrialState
 
 from ..errors import UserError
 from ..isolate import TrialFailure
-from ..problem import print_notes
 from ..progress import TrialProgress
 from ..record import BASELINE, FAIL_REASON, RETRY_OF
 from ..report.finalists import finalist_lines
@@ -94,8 +93,7 @@ def tune(opts: TuneOptions) -> TuneResult:
         raise UserError(f"--top-k {opts.top_k}: needs at least 1")
     if opts.protocol is not None and not opts.protocol.max_seconds > 0:
         raise UserError(f"--max-timing-s {opts.protocol.max_seconds}: needs more than 0 seconds")
-    ctx = open_study(opts)
-    print_notes(ctx.problem.notes)
+    ctx = open_study(opts)  # says the problem's notes
     store_run_settings(ctx.study, opts.max_trials, opts.protocol)  # for `tuner worker` on other hosts
     with study_run_lock(ctx.url, opts.study) as alone:
         if alone:
