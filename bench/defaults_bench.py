@@ -1,10 +1,10 @@
 """The default study against the all-int8 ceiling (issue 21).
 
-  python bench/defaults_bench.py --model bench/models/minilm_l3.onnx --data bench/models/minilm_l3-inputs.npz \\
+  python bench/defaults_bench.py --model bench/models/minilm-L3.onnx --data bench/models/minilm-inputs.npz \\
       --require 'cos<=0.015' --trials 60
   python bench/defaults_bench.py --demo --trials 30          # the planted demo model, cos<=0.0005
 
-Per strategy, one `tuner tune` study with --trials trials: `default` (search_spaces/onnxruntime-cpu.yaml
+Per strategy, one `tuner tune` study with --trials trials: `default` (--space, by default the tuner's default space
 as it ships: encoding auto, so sensitivity on a model with many layers) and `independent` (the same
 space with one boolean per layer, the old default). Then, in one process, side by side in blocks:
 ORT defaults, the all-int8 ceiling (int8-dynamic on every MatMul/Gemm/Conv, nothing in float) and
@@ -34,9 +34,9 @@ from tuner.space import DEFAULT_SPACE  # noqa: E402
 from tuner.winner import verify_winner  # noqa: E402
 
 
-def independent_space(work: str) -> str:
-    """The default space with encoding independent (one boolean per layer): the old default."""
-    with open(DEFAULT_SPACE) as f:
+def independent_space(work: str, base: str) -> str:
+    """The space with encoding independent (one boolean per layer): the old default."""
+    with open(base) as f:
         doc = yaml.safe_load(f)
     for override in doc.get("layer_overrides", {}).values():
         override["encoding"] = "independent"
@@ -70,6 +70,9 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", type=int, default=60)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--strategies", nargs="+", default=["default", "independent"])
+    ap.add_argument("--space", default=DEFAULT_SPACE,
+                    help="the space as it ships (default: the tuner's default here, cpu.yaml where OpenVINO is installed); "
+                         "e.g. search_spaces/onnxruntime-cpu.yaml")
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     work = tempfile.mkdtemp(prefix="bench-defaults-")
@@ -79,13 +82,13 @@ def main(argv=None) -> int:
         args.shape, args.require = ["x=8x64x256"], "cos<=0.0005"
     runs = {}
     for strategy in args.strategies:
-        runs[strategy] = run(strategy, args, work, None if strategy == "default" else independent_space(work))
+        runs[strategy] = run(strategy, args, work, args.space if strategy == "default" else independent_space(work, args.space))
         r = runs[strategy]
         print(f"{strategy}: {args.trials} trials in {r['wall_s']:.0f} s ({r['analysis_builds']} analysis builds, "
               f"{r['analysis_s']:.0f} s), failed {r['failed']}, pruned {r['pruned']}, busy {r['busy']}",
               file=sys.stderr, flush=True)
     first = runs[args.strategies[0]]["study"]
-    problem = load_problem(args.model, data=args.data, shapes=args.shape, int_ranges=args.int_range, require=args.require)
+    problem = load_problem(args.model, args.space, data=args.data, shapes=args.shape, int_ranges=args.int_range, require=args.require)
     ceiling = config_from_sets(problem, ["precision=int8-dynamic"]) | {"keep_float": []}
     configs = {"ORT defaults": baseline_trial(first).user_attrs["config"], "all-int8 ceiling": ceiling}
     configs |= {f"{s} winner": r["winner"]["config"] for s, r in runs.items() if r["winner"]}
@@ -94,7 +97,7 @@ def main(argv=None) -> int:
     metric = problem.requirement.primary_metric
     res = dict(zip(configs, final["results"]))
     ceiling_speed = 1.0 / res["all-int8 ceiling"]["relative"]["ratio"]
-    print(f"\nmodel {os.path.basename(args.model)}, {args.require}, {args.trials} trials, seed {args.seed}; "
+    print(f"\nmodel {os.path.basename(args.model)}, space {os.path.basename(args.space)}, {args.require}, {args.trials} trials, seed {args.seed}; "
           f"re-timed side by side in one process (others used {final['load']['other_cores']:.2f} cores)\n")
     print(f"| engine | speedup over ORT defaults [95%] | {metric} | share of the all-int8 ceiling | layers in float | "
           "trials + analysis builds | study wall s |\n|---|---|---|---|---|---|---|")

@@ -28,6 +28,7 @@ from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
 from tuner.run.tune import tune
 from tuner.search.trials import baseline_trial, is_feasible, latency_of
+from tuner.space import SPACES_DIR
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = {  # name -> (shapes, int ranges, requirement)
@@ -55,7 +56,8 @@ def run_study(kind: str, seed: int, model: str, work: str, budget: int, timing_s
     name = f"{kind}-{seed}"
     opts = TuneOptions(study=name, model=model_path(model, work), storage=f"sqlite:///{work}/{name}.db", shapes=shapes,
                        int_ranges=ranges, require=require, seed=seed, quiet=True, progress=False, select=False,
-                       protocol=LatencyProtocol(max_seconds=timing_s))
+                       protocol=LatencyProtocol(max_seconds=timing_s),
+                       space=os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml"))  # ONNX Runtime's tuner (the grid is its routes)
     if kind == "grid":
         opts.sampler, opts.enqueue, opts.n_trials = "random", GRID, len(GRID) + 1  # the queue covers the budget
     else:

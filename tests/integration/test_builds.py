@@ -1,11 +1,14 @@
+import os
+
 import onnx
 import pytest
 
 from tuner.cli import main
+from tuner.errors import UserError
 from tuner.evaluate import measure
 from tuner.problem import config_from_sets, load_problem
 from tuner.measure.latency import LatencyProtocol
-from tuner.space import config_key
+from tuner.space import SPACES_DIR, config_key
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=5, max_seconds=1)
 SHAPE = ["x=2x64x256"]
@@ -16,7 +19,8 @@ def problem(tmp_path_factory):
     from tuner.demo import write_demo_model
 
     path = write_demo_model(str(tmp_path_factory.mktemp("m") / "demo.onnx"))
-    return load_problem(path, shapes=SHAPE, require="cos<=0.005", n_batches=2)
+    # ONNX Runtime's space: where OpenVINO is installed the default is cpu.yaml (tests/integration/test_backends_study.py)
+    return load_problem(path, os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml"), shapes=SHAPE, require="cos<=0.005", n_batches=2)
 
 
 @pytest.mark.parametrize("route", ["fp32", "int8-dynamic", "int8-static", "int4-weight", "fp16"])
@@ -60,7 +64,9 @@ def test_conditional_params_dropped_and_keys_stable(problem):
     assert "dyn_per_channel" not in fp32 and "keep_float" not in fp32
     dyn = config_from_sets(problem, ["precision=int8-dynamic"])
     assert "dyn_per_channel" in dyn and "calibration_method" not in dyn
-    assert config_key(fp32) == config_key(config_from_sets(problem, ["precision=fp32", "dyn_per_channel=true"]))
+    with pytest.raises(UserError, match="--set dyn_per_channel: inactive here"):  # refused, not dropped silently
+        config_from_sets(problem, ["precision=fp32", "dyn_per_channel=true"])
+    assert config_key(fp32) == config_key(config_from_sets(problem, ["precision=fp32"]))
     assert config_key(fp32) != config_key(dyn)
 
 

@@ -169,7 +169,7 @@ def test_a_worker_with_another_model_or_machine_is_refused(pg_url, work):
               "--quiet", "--max-timing-s", "0.5")
     assert r.returncode == 0, r.stderr
     trials = load(pg_url, study)
-    here = machine_id(this_machine(load_space(None)))
+    here = machine_id(this_machine(load_space(str(work / "small.yaml"))))  # the study's space: its backends' versions
     mine = [t for t in trials if t.user_attrs.get("baseline_machine") == here]
     assert len(mine) == 1 and mine[0].state == TrialState.COMPLETE and mine[0].params == trials[0].params
     assert "reused_from" not in mine[0].user_attrs  # timed here, not copied from the other machine's baseline

@@ -17,13 +17,19 @@ from tuner.run.options import TuneOptions
 from tuner.run.tune import tune
 from tuner.search.failures import KNOWN_FAILURE, PREFIX
 from tuner.search.trials import is_feasible
+from tuner.space import SPACES_DIR
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=12, max_seconds=1)
 PLANTED = sorted(f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv")
 
 
+# ONNX Runtime's space as it ships: the default where OpenVINO is not installed (cpu.yaml, the default
+# where it is, adds OpenVINO's own ranking: tests/integration/test_backends_study.py)
+ORT_SPACE = os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml")
+
+
 def options(tmp, name, model, **kw):
-    base = dict(study=name, model=model, storage=f"sqlite:///{tmp}/{name}.db", shapes=["x=2x64x256"],
+    base = dict(study=name, model=model, storage=f"sqlite:///{tmp}/{name}.db", shapes=["x=2x64x256"], space=ORT_SPACE,
                 require="cos<=0.0005", seed=0, protocol=FAST, progress=False, quiet=True, top_k=2)
     return TuneOptions(**(base | kw))
 

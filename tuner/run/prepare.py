@@ -53,10 +53,10 @@ def _open_study(opts: TuneOptions) -> StudyContext:
     if stored:
         check_inputs(opts.study, settings, opts.force)
     problem = problem_spec(settings).load()  # validates model, data, space and requirement before any write
-    print_notes(problem.notes)  # before the sensitivity analysis, which can take minutes
     if stored:
         check_data(opts.study, stored, problem.data_hash)
     parse_enqueue(problem, settings, opts.enqueue)  # refused here, before the study exists or anything is built
+    print_notes(problem.notes)  # once the input is known good; before the sensitivity analysis, which can take minutes
     settings["data_hash"] = problem.data_hash
     settings["spec"] = asdict(problem_spec(settings))
     settings["encoding"] = {o.name: effective_encoding(o, problem.graph_nodes) for o in problem.space.overrides}
