@@ -28,7 +28,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 import optuna
 
@@ -66,11 +65,23 @@ def model_inputs(name: str, work: str) -> tuple[str, dict]:
 
 
 def run_study(space: str, model: str, inputs: dict, work: str, args) -> optuna.Study:
-    opts = TuneOptions(study=space, model=model, storage=f"sqlite:///{work}/{space}.db",
+    """The study of `space`: run with --trials trials, or (with --work) loaded where it already has them."""
+    url = f"sqlite:///{work}/{space}.db"
+    if os.path.exists(os.path.join(work, f"{space}.db")):
+        study = optuna.load_study(study_name=space, storage=url)
+        if len(study.trials) >= args.trials and study.user_attrs.get("winner") is not None:
+            return study
+    opts = TuneOptions(study=space, model=model, storage=url,
                        space=os.path.join(SPACES_DIR, f"{space}.yaml"), seed=args.seed, n_trials=args.trials,
                        protocol=LatencyProtocol(max_seconds=args.timing_s), quiet=True, progress=False, top_k=3,
                        **inputs)
     return tune(opts).study
+
+
+def study_seconds(study: optuna.Study) -> float:
+    """Wall time of the study's trials (a loaded study's own clock; the sensitivity analysis is not in it)."""
+    trials = [t for t in study.trials if t.datetime_start and t.datetime_complete]
+    return (max(t.datetime_complete for t in trials) - min(t.datetime_start for t in trials)).total_seconds()
 
 
 def chosen(study: optuna.Study, backend: str | None) -> dict | None:
@@ -112,17 +123,16 @@ def side_by_side(study: optuna.Study, rows: dict[str, dict], rounds: int) -> dic
     for config in rows.values():
         if config not in distinct:
             distinct.append(config)
-    with Evaluator(problem.spec, timeout_s=7200) as evaluator:
-        results = evaluator.confirm(distinct, rounds=rounds)
+    with Evaluator(problem.spec, timeout_s=7200) as evaluator:  # the first row, ORT defaults, is the baseline
+        results = evaluator.confirm(distinct, baseline=0, rounds=rounds)["results"]
     out = {}
     for label, config in rows.items():
         r = results[distinct.index(config)]
+        rel = r.get("relative")
         out[label] = {"config": config, "error": (r.get("metrics") or {}).get(primary), "feasible": r.get("feasible"),
-                      "median_ms": statistics.median(r["samples"]) if "samples" in r else None,
-                      "failed": r.get("error")}
-    base = out["ORT defaults"]["median_ms"]
-    for r in out.values():
-        r["speedup"] = base / r["median_ms"] if r["median_ms"] else None
+                      "median_ms": r["latency"]["median_ms"] if "latency" in r else None, "failed": r.get("error"),
+                      "speedup": 1.0 / rel["ratio"] if rel else None,
+                      "speedup_ci": [1.0 / rel["ci_high"], 1.0 / rel["ci_low"]] if rel else None}
     return out
 
 
@@ -134,7 +144,7 @@ def compile_paths(model: str, study: optuna.Study, rounds: int) -> dict[str, flo
     from tuner.backends.openvino.engine import OpenVinoEngine
     from tuner.backends.openvino.properties import FIXED_PROPERTIES
     from tuner.backends.openvino.quantize import read_model
-    from tuner.measure.latency import time_side_by_side
+    from tuner.measure.paired import time_blocks
 
     problem = study_problem(study)
     core, outputs = ov.Core(), [o.name for o in problem.model.proto.graph.output]
@@ -148,23 +158,25 @@ def compile_paths(model: str, study: optuna.Study, rounds: int) -> dict[str, flo
                   "convert_model, in memory": converted}
         engines = {k: OpenVinoEngine(core.compile_model(m, "CPU", dict(FIXED_PROPERTIES)), FIXED_PROPERTIES, outputs)
                    for k, m in models.items()}
-        samples = time_side_by_side([e.timed_call(problem.batches[0]) for e in engines.values()], rounds=rounds)
+        samples, _ = time_blocks([e.timed_call(problem.batches[0]) for e in engines.values()],
+                                 LatencyProtocol(max_seconds=60.0), baseline=0, max_rounds=rounds)
         for e in engines.values():
             e.close()
-    return {k: statistics.median(s) for k, s in zip(engines, samples)}
+    return {k: statistics.median(ms for block in s for ms in block) for k, s in zip(engines, samples)}
 
 
 def bench_model(name: str, args) -> dict:
-    work = tempfile.mkdtemp(prefix=f"backends-{name}-")
+    work = os.path.join(args.work, name) if args.work else tempfile.mkdtemp(prefix=f"backends-{name}-")
+    os.makedirs(work, exist_ok=True)
+    print(f"{name}: studies in {work}", file=sys.stderr, flush=True)
     os.environ.setdefault("TUNER_CACHE", os.path.join(work, "cache"))
     model, inputs = model_inputs(name, work)
     studies, runs = {}, {}
     for space, backend in SPACES.items():
         if space not in args.spaces:
             continue
-        t0 = time.time()
         studies[space] = study = run_study(space, model, inputs, work, args)
-        runs[space] = {"seconds": time.time() - t0, "trials": len(study.trials),
+        runs[space] = {"seconds": study_seconds(study), "trials": len(study.trials),
                        "feasible": sum(is_feasible(t) for t in study.trials), "config": chosen(study, backend)}
         print(f"{name} {space}: {runs[space]['trials']} trials, {runs[space]['feasible']} feasible, "
               f"{runs[space]['seconds']:.0f} s", file=sys.stderr, flush=True)
@@ -178,6 +190,8 @@ def bench_model(name: str, args) -> dict:
         rows["cpu.yaml: fastest feasible OV int8 with layers in float"] = mixed
     result = {"requirement": inputs["require"], "trials": args.trials, "runs": runs,
               "baseline_trial_ms": latency_of(baseline_trial(cpu)), "rows": side_by_side(cpu, rows, args.rounds)}
+    with open(os.path.join(args.out, f"backends-{name}-rows.json"), "w") as f:  # kept if a later step fails
+        json.dump(result, f, indent=1, default=str)
     result["compile_paths_ms"] = compile_paths(model, cpu, args.rounds)
     # What each study claimed for its winner against what `tuner verify` measures in a fresh process.
     result["verify"] = {}
@@ -193,13 +207,17 @@ def _fmt(v, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _ci(ci) -> str:
+    return f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else ""
+
+
 def write_outputs(results: dict, out: str) -> None:
-    lines = ["| model | requirement | engine | speed over ORT defaults, side by side | error (primary) | meets | "
+    lines = ["| model | requirement | engine | speed over ORT defaults, side by side [95%] | error (primary) | meets | "
              "backend, route | kept in float |", "|---|---|---|---|---|---|---|---|"]
     for model, res in results.items():
         for label, r in res["rows"].items():
             c = r["config"]
-            lines.append(f"| {model} | {res['requirement']} | {label} | {_fmt(r['speedup'], '.2f')}x | "
+            lines.append(f"| {model} | {res['requirement']} | {label} | {_fmt(r['speedup'], '.2f')}x{_ci(r.get('speedup_ci'))} | "
                          f"{_fmt(r['error'], '.2g')} | {'yes' if r['feasible'] else 'no'} | "
                          f"{c.get('backend')} {c.get('precision')}"
                          f"{' ' + c['inference_precision'] if 'inference_precision' in c else ''} | "
@@ -236,6 +254,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timing-s", type=float, default=1.0, help="latency cap per trial in seconds (default 1)")
     ap.add_argument("--rounds", type=int, default=20, help="rounds of the side-by-side timing (default 20)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="output folder (default bench/results)")
+    ap.add_argument("--work", help="folder of the studies (default: a new temporary one); a study already there "
+                                   "with --trials trials and a winner is reused, not run again")
     ap.add_argument("--spaces", nargs="+", default=list(SPACES), choices=list(SPACES),
                     help="the studies to run (default: all three; cpu is always run, the table's rows come from it)")
     args = ap.parse_args(argv)

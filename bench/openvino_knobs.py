@@ -22,7 +22,8 @@ import tempfile
 from tuner.backends.openvino import device
 from tuner.demo import write_demo_model
 from tuner.evaluate import build, check_accuracy
-from tuner.measure.latency import time_side_by_side
+from tuner.measure.latency import LatencyProtocol
+from tuner.measure.paired import time_blocks
 from tuner.problem import load_problem
 from tuner.space import SPACES_DIR
 
@@ -74,7 +75,9 @@ def main(argv=None) -> int:
             engines.append(engine)
             rows.append((label, cos, build_s, reported))
             print(f"built {label}: cos {cos:.3g}, {build_s:.1f} s", file=sys.stderr, flush=True)
-        samples = time_side_by_side([e.timed_call(problem.batches[0]) for e in engines], rounds=args.rounds)
+        samples, _ = time_blocks([e.timed_call(problem.batches[0]) for e in engines], LatencyProtocol(max_seconds=60.0),
+                                 baseline=0, max_rounds=args.rounds)
+        samples = [[ms for block in s for ms in block] for s in samples]
         for e in engines:
             e.close()
     base = statistics.median(samples[0])

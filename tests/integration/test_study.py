@@ -160,7 +160,8 @@ def test_strict_requirement_filters_the_winner(demo_path, tmp_path):
 def test_cli_tune_status_select_export(demo_path, tmp_path, capsys):
     url = f"sqlite:///{tmp_path}/s.db"
     common = ["--study", "s", "--storage", url]
-    assert main(["tune", demo_path, *common, "--shape", "x=2x64x256", "--require", "cos<=0.005", "--n-trials", "2",
+    assert main(["tune", demo_path, *common, "--space", independent_space(tmp_path), "--shape", "x=2x64x256",
+                 "--require", "cos<=0.005", "--n-trials", "2",
                  "--quiet", "--max-timing-s", "1", "--enqueue", "precision=int8-dynamic"]) == 0
     captured = capsys.readouterr()
     out = captured.out
@@ -187,8 +188,8 @@ def test_cli_tune_status_select_export(demo_path, tmp_path, capsys):
 
 def test_without_a_requirement_tune_and_the_report_say_every_trial_is_feasible(demo_path, tmp_path, capsys):
     url = f"sqlite:///{tmp_path}/s.db"
-    assert main(["tune", demo_path, "--study", "s", "--storage", url, "--shape", "x=2x64x256", "--n-trials", "1",
-                 "--quiet", "--max-timing-s", "1", "--no-select"]) == 0
+    assert main(["tune", demo_path, "--study", "s", "--storage", url, "--space", independent_space(tmp_path),
+                 "--shape", "x=2x64x256", "--n-trials", "1", "--quiet", "--max-timing-s", "1", "--no-select"]) == 0
     err = capsys.readouterr().err
     assert err.count("note: no --require: every trial counts as feasible") == 1
     assert err.index("note: no --require") < err.index("trial 0")  # at the start, before the first trial
