@@ -24,7 +24,7 @@ from .run.worker import run_worker, worker_name
 from .api import study_problem
 from .backends.tensorrt import TensorRTBackend
 from .backends.tensorrt.routes import check_space_routes, format_json, format_table, format_yaml, parse_knob_database, space_parameters
-from .sensitivity import analyze, greedy_float_set, quantizing_override, route_config, write_table
+from .sensitivity import analyze, greedy_float_set, progress_printer, quantizing_override, route_config, write_table
 from .space import layer_candidates, load_space, parse_set
 from .storage import default_url, load_study, local_storage_urls, migrate, open_for_reading
 from .winner import export_winner, select_winner, verify_lines, verify_winner
@@ -212,7 +212,7 @@ def cmd_sensitivity(args) -> int:
     if args.groups:
         override = dataclasses.replace(override, granularity="group", group_pattern=args.groups)
     print_notes(problem.notes)
-    progress = (lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True)) if sys.stderr.isatty() else (lambda m: None)
+    progress = progress_printer(quiet=False, log_lines=False)
     evaluator = Evaluator(problem.spec, persistent=True)
     table = analyze(problem, route, override, evaluator, progress, args.budget or None)
     print(f"\rsensitivity of {' '.join(route[k] for k in ('backend', 'precision') if k in route)} ({table['metric']}), {len(table['entries'])} candidates, "

@@ -259,6 +259,16 @@ def ranking_for_study(problem: Problem, route_config: dict, override: LayerOverr
             "nodes": {e["name"]: e["nodes"] for e in table["entries"]}}
 
 
+def progress_printer(quiet: bool, log_lines: bool) -> Callable[[str], None]:
+    """The analysis's progress on stderr: one line rewritten on a terminal; elsewhere one line per step
+    (log_lines) or nothing."""
+    if quiet or not (sys.stderr.isatty() or log_lines):
+        return lambda msg: None
+    if sys.stderr.isatty():
+        return lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True)
+    return lambda msg: print(msg, file=sys.stderr, flush=True)
+
+
 def study_rankings(problem: Problem, timeout_s: float = 600.0, quiet: bool = True,
                    budget: int | None = DEFAULT_BUDGET) -> dict[str, dict]:
     """For each override the sensitivity encoding applies to (`sensitivity`, or `auto` on a model with
@@ -268,12 +278,7 @@ def study_rankings(problem: Problem, timeout_s: float = 600.0, quiet: bool = Tru
     wanted = [o for o in problem.space.overrides if effective_encoding(o, problem.graph_nodes) == "sensitivity"]
     if not wanted:
         return out
-    if quiet:
-        progress = lambda msg: None  # noqa: E731
-    elif sys.stderr.isatty():  # one line, rewritten
-        progress = lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True)  # noqa: E731
-    else:  # a log file: one line per step
-        progress = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    progress = progress_printer(quiet, log_lines=True)
     with Evaluator(problem.spec, timeout_s, persistent=True) as evaluator:
         for o in wanted:
             backends = problem.space.backends_of(o.when)
