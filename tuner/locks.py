@@ -25,3 +25,15 @@ def device_lock(path: str | None) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def directory_lock(path: str) -> Iterator[None]:
+    """Hold an flock on the directory itself: serializes processes that set up a file in it without
+    leaving a lock file behind (and without touching the file, whose own locks SQLite manages)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import optuna
 
 from .errors import UserError
+from .locks import directory_lock
 
 STUDIES_DIR = "studies"
 DEMO_DIR = "tuner-demo"  # `tuner demo` keeps its study here; `tuner studies` looks in both
@@ -183,9 +184,13 @@ def _sqlite_storage(url: str, path: str) -> optuna.storages.RDBStorage:
     """
     from sqlalchemy import event
 
-    with sqlite3.connect(path, timeout=60) as con:
-        con.execute("PRAGMA journal_mode=WAL")
-    storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60, "isolation_level": None}})
+    if _has_optuna_schema(path):
+        storage = _open_sqlite(url, path)
+    else:
+        # Optuna's table creation is check-then-create, so two processes starting on one new file
+        # (two `tuner tune`, or a reader polling it) fail with "table already exists": one at a time.
+        with directory_lock(os.path.dirname(os.path.abspath(path))):
+            storage = _open_sqlite(url, path)
     engine = storage.engine
 
     @event.listens_for(engine, "connect")
@@ -198,6 +203,12 @@ def _sqlite_storage(url: str, path: str) -> optuna.storages.RDBStorage:
 
     engine.dispose()  # connections opened before the listeners existed
     return storage
+
+
+def _open_sqlite(url: str, path: str) -> optuna.storages.RDBStorage:
+    with sqlite3.connect(path, timeout=60) as con:
+        con.execute("PRAGMA journal_mode=WAL")
+    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60, "isolation_level": None}})
 
 
 def local_storage_urls() -> list[str]:

@@ -14,7 +14,9 @@ import pytest
 from onnx import TensorProto, helper
 from optuna.trial import TrialState
 
+from tuner.errors import UserError
 from tuner.space import SPACES_DIR
+from tuner.storage import load_study
 from tuner.cli import main
 from tuner.locks import device_lock
 
@@ -71,7 +73,8 @@ def run_tuner(work, *args, timeout=300):
 
 
 def load(work, study):
-    return optuna.load_study(study_name=study, storage=f"sqlite:///{work}/{study}.db").trials
+    # read-only, as `tuner status` does: a reader that created tables would race the tuner creating them
+    return load_study(study, f"sqlite:///{work}/{study}.db", reading=True).trials
 
 
 def by_state(trials):
@@ -104,11 +107,13 @@ def _wait_for_running_trial(work, study, proc, min_complete, deadline_s=240):
     end = time.monotonic() + deadline_s
     seen: dict[int, float] = {}
     while time.monotonic() < end:
-        assert proc.poll() is None, "the tuner ended before it could be killed"
+        if proc.poll() is not None:
+            err = proc.communicate()[1] if proc.stderr else ""
+            raise AssertionError(f"the tuner ended (exit {proc.returncode}) before it could be killed:\n{err}")
         if os.path.exists(work / f"{study}.db"):
             try:
                 trials = load(work, study)
-            except KeyError:  # the study is being created
+            except UserError:  # the file or the study is being created
                 trials = []
             counts = by_state(trials)
             if counts.get(TrialState.COMPLETE, 0) >= min_complete:
