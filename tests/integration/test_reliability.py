@@ -121,6 +121,8 @@ def _wait_for_running_trial(work, study, proc, min_complete, deadline_s=240):
                     if t.state == TrialState.RUNNING and time.monotonic() - seen.setdefault(t.number, time.monotonic()) > 0.5:
                         return  # well inside the trial: its child is building or timing
         time.sleep(0.1)
+    proc.kill()  # a tuner left running would hold the timing lock and slow every later test
+    proc.wait()
     raise AssertionError("no running trial to kill")
 
 
