@@ -43,7 +43,12 @@ def test_a_cpu_study_holds_both_backends_and_its_exported_winner_reproduces_its_
     # trial 1: OpenVINO as it comes (the ONNX file, no reshape, the plugin's own settings)
     assert study.trials[1].user_attrs.get("enqueued") == "openvino defaults"
     assert configs[1]["precision"] == "fp32" and configs[1]["static_shapes"] is False
-    assert study.trials[1].user_attrs["metrics"]["cos"] < 1e-9
+    # its error is measured, whatever precision the plugin picks here (bf16 on a CPU with BF16)
+    from tuner.backends.openvino.device import plugin_info
+
+    own_error = study.trials[1].user_attrs["metrics"]["cos"]
+    assert configs[1]["inference_precision"] == plugin_info()["inference_precision"]
+    assert own_error < 1e-9 if plugin_info()["inference_precision"] == "f32" else 1e-9 < own_error < 0.005, own_error
     assert result.winner is not None and result.winner["confirmed_metrics"]["cos"] <= 0.005
     out = tmp_path / "winner"
     report = export_winner(study, study_problem(study), str(out))

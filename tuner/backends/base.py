@@ -65,6 +65,10 @@ class Backend(Protocol):
     device: str  # the key of the timing lock: "cpu", "cuda:0"
     routes: tuple[str, ...]  # the precision routes it realises (the `precision` parameter's choices)
     quantizing_routes: tuple[str, ...]  # routes that take a per-layer keep-in-float list
+    # What `precision: fp32` needs besides to compute in float32 throughout: a config that leaves a
+    # precision hint out gets the library's own default, which may be lower (OpenVINO: bf16 on a CPU
+    # with BF16; TensorRT and CUDA: TF32).
+    float32: dict
 
     def versions(self) -> dict[str, str]:
         """Library versions: part of the machine fingerprint and of every build key."""

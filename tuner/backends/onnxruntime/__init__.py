@@ -66,6 +66,7 @@ class OnnxRuntimeBackend:
     device = "cpu"
     routes = ROUTES
     quantizing_routes = QUANTIZING_ROUTES
+    float32: dict = {}
 
     def versions(self) -> dict[str, str]:
         return {"onnxruntime": ort.__version__}

@@ -78,6 +78,7 @@ class OnnxRuntimeGpuBackend:
     device = "cuda:0"
     routes = ROUTES
     quantizing_routes = ("int8", "fp16")
+    float32: dict = {"cuda_use_tf32": False}  # the CUDA EP uses TF32 by default
 
     def __init__(self) -> None:
         available = ort.get_available_providers()

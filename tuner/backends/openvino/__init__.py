@@ -27,6 +27,7 @@ class OpenVinoBackend:
     device = "cpu"
     routes = ROUTES
     quantizing_routes = QUANTIZING_ROUTES
+    float32: dict = {"inference_precision": "f32"}  # the plugin defaults to bf16 on a BF16 CPU
 
     def __init__(self) -> None:
         self._core: ov.Core | None = None

@@ -61,6 +61,7 @@ class TensorRTBackend:
     device = "cuda:0"
     routes = ROUTES
     quantizing_routes = QUANTIZING_ROUTES
+    float32: dict = {"tf32": False}  # TF32 is on by default
 
     def __init__(self) -> None:
         self.trt = import_tensorrt()  # one line naming what to install when it does not load
