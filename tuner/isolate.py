@@ -72,9 +72,13 @@ def _serve(conn) -> None:
             return
         fn, kwargs = job
         try:
-            conn.send(("ok", fn(on_phase=on_phase, **kwargs)))
+            reply = ("ok", fn(on_phase=on_phase, **kwargs))
         except BaseException as exc:  # everything goes back to the parent as a reason
-            conn.send(("error", _reason(exc)))
+            reply = ("error", _reason(exc))
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, ConnectionResetError):  # the parent was killed: end without a traceback
+            return
 
 
 def _signal_name(n: int) -> str:
