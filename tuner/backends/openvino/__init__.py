@@ -18,7 +18,7 @@ from ..base import Batch, BuildContext
 from . import device
 from .engine import USAGE, OpenVinoEngine, load_engine, write_config
 from .profile import node_time_shares
-from .properties import DEVICE, PROPERTIES, compile_properties
+from .properties import DEVICE, FLOAT32, PROPERTIES, compile_properties
 from .quantize import QUANTIZING_ROUTES, ROUTE_DEFAULTS, ROUTES, apply_precision
 
 
@@ -27,7 +27,7 @@ class OpenVinoBackend:
     device = "cpu"
     routes = ROUTES
     quantizing_routes = QUANTIZING_ROUTES
-    float32: dict = {"inference_precision": "f32"}  # the plugin defaults to bf16 on a BF16 CPU
+    float32: dict = FLOAT32
 
     def __init__(self) -> None:
         self._core: ov.Core | None = None

@@ -5,7 +5,7 @@ import openvino as ov
 
 from ...model import ModelFile
 from ..base import Batch
-from .properties import DEVICE, compile_properties
+from .properties import DEVICE, FLOAT32, compile_properties
 from .quantize import read_model
 
 _HEAVY = ("MatMul", "Gemm", "Conv", "ConvTranspose")
@@ -30,8 +30,8 @@ def node_time_shares(core: ov.Core, model: ModelFile, batches: list[Batch], runs
     node that took its consumer. A runtime node's time goes to its MatMul/Gemm/Conv nodes if it has
     any, else is split evenly."""
     shapes = {k: tuple(v.shape) for k, v in batches[0].items()}
-    # f32 throughout: with no hint the plugin runs bf16 on a CPU with BF16, adding its own conversions
-    properties = compile_properties({"inference_precision": "f32"}) | {"PERF_COUNT": "YES"}
+    # f32 throughout: in bf16 the plugin adds its own conversions, which belong to no ONNX node
+    properties = compile_properties(FLOAT32) | {"PERF_COUNT": "YES"}
     compiled = core.compile_model(read_model(core, model.path, shapes), DEVICE, properties)
     request = compiled.create_infer_request()
     for _ in range(runs):

@@ -21,6 +21,9 @@ PROPERTIES = {
 # Two streams split the cores: one request ran 1.7-1.8x slower. ENABLE_CPU_RESERVATION is never
 # set: while one compiled model holds it, every other compile_model in the process fails.
 FIXED_PROPERTIES = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
+# The knobs of an engine that computes in float32 throughout: without the hint the plugin picks its own
+# precision, bf16 on a CPU with BF16.
+FLOAT32 = {"inference_precision": "f32"}
 
 
 def compile_properties(config: dict[str, Any]) -> dict[str, str]:
