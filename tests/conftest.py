@@ -1,6 +1,19 @@
+import os
+import tempfile
+
 import pytest
 
 from tuner.demo import write_demo_model
+
+
+def pytest_configure(config):
+    """One timing lock and one cache per test session, never the machine's: another test run or a
+    tuner in another shell can neither hold up this session's timings nor change its cached results.
+    Set before any forkserver or tuner child starts, so every process of the session inherits them."""
+    session_dir = tempfile.mkdtemp(prefix="tuner-tests-")
+    os.environ["TUNER_LOCK_DIR"] = os.path.join(session_dir, "locks")
+    os.environ["TUNER_CACHE"] = os.path.join(session_dir, "cache")
+    config.addinivalue_line("markers", "timing: an end-to-end timing check; .ci/run runs these alone, at the end")
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,15 @@ import tempfile
 from typing import Iterator
 
 
+LOCK_DIR_ENV = "TUNER_LOCK_DIR"
+
+
 def default_lock_path(device: str = "cpu") -> str:
-    """One lock per device and user on this machine, shared by every study and worker."""
-    return os.path.join(tempfile.gettempdir(), f"engine-tuner-{os.getuid()}-{device}.lock")
+    """One lock per device and user on this machine, shared by every study and worker. TUNER_LOCK_DIR
+    moves it (read each time): a test session keeps its timings to itself with its own directory."""
+    folder = os.environ.get(LOCK_DIR_ENV) or tempfile.gettempdir()
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"engine-tuner-{os.getuid()}-{device}.lock")
 
 
 @contextlib.contextmanager

@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
+from needs import backend_or_skip
 from tuner.backends.base import get_backend
 from tuner.demo import write_demo_model
-from tuner.errors import UserError
 from tuner.evaluate import build, check_accuracy, measure
 from tuner.measure.latency import LatencyProtocol
 from tuner.problem import check_backends, load_problem
@@ -25,10 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.fixture(scope="module")
 def openvino():
-    try:
-        return get_backend("openvino")
-    except UserError as exc:
-        pytest.skip(str(exc))
+    return backend_or_skip("openvino")
 
 
 def _problem(tmp_path_factory, outliers: int, require: str = "cos<=0.0005"):

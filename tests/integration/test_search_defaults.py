@@ -120,7 +120,11 @@ def test_int8_static_on_weights_only_builds_where_the_mask_holds_minus_inf(maske
     assert rec.metrics["cos"] < 0.01
 
 
+@pytest.mark.timing
 def test_paired_timing_of_an_engine_against_itself_reads_one(demo_path, tmp_path):
+    """The real engine, the real clock (tests/unit/measure/test_paired.py checks the arithmetic exactly).
+    Tolerates: a load that comes and goes may push one or two readings out of their own interval; all
+    three missing 1.0 is a bias in the protocol (the order of blocks, the lead-in), not noise."""
     problem = load_problem(demo_path, shapes=["x=2x64x256"], n_batches=1)
     engine, _, _ = build(problem, config_from_sets(problem, []), str(tmp_path))
     call = engine.timed_call(problem.batches[0])
@@ -132,7 +136,6 @@ def test_paired_timing_of_an_engine_against_itself_reads_one(demo_path, tmp_path
             break
     engine.close()
     assert any(lo <= 1.0 <= hi for lo, _, hi in reads), reads
-    assert all(0.8 < r < 1.25 for _, r, _ in reads), reads
 
 
 def _burn(stop):
@@ -140,7 +143,10 @@ def _burn(stop):
         pass
 
 
+@pytest.mark.timing
 def test_a_timing_beside_a_cpu_burner_is_marked_busy(demo_path, tmp_path):
+    """psutil's real counters (tests/unit/measure/test_load.py checks the arithmetic exactly). Tolerates
+    any other load: it only adds to the burners' cores."""
     problem = load_problem(demo_path, shapes=["x=2x64x256"], n_batches=1)
     ctx = mp.get_context("spawn")
     stop = ctx.Event()

@@ -125,9 +125,17 @@ def get_backend(name: str) -> Backend:
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:
+        if _inside_tuner(exc):
+            raise  # tuner's own code failed to import: a bug to see, never "not installed"
         raise UserError(f"backend {name}: its library is not installed ({exc.name or exc}); "
                         f"pip install \"{install}\"") from None
     return getattr(mod, cls)()
+
+
+def _inside_tuner(exc: ImportError) -> bool:
+    """The import that failed was of tuner's own modules (a missing name, a renamed module), not of a
+    backend's library. A library that is present but broken names its own module, not tuner's."""
+    return (exc.name or "").split(".")[0] == __name__.split(".")[0]
 
 
 def available_backends(names: Iterable[str] | None = None) -> list[str]:

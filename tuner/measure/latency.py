@@ -86,29 +86,30 @@ def is_converged(samples_ms: list[float], protocol: LatencyProtocol) -> bool:
             and steady(float(np.percentile(a, 10)), float(np.percentile(a, 90))))
 
 
-def sample_ms(call: Callable[[], object]) -> float:
+def sample_ms(call: Callable[[], object], clock: Callable[[], float] = time.perf_counter) -> float:
     """One synchronised call's time: the one it reports itself when it returns a float (a GPU engine's
-    CUDA-event time around its enqueue, as trtexec reports), else the wall clock around it."""
-    t0 = time.perf_counter()
+    CUDA-event time around its enqueue, as trtexec reports), else `clock` (seconds) around it."""
+    t0 = clock()
     own = call()
-    wall = (time.perf_counter() - t0) * 1e3
+    wall = (clock() - t0) * 1e3
     return own if isinstance(own, float) else wall
 
 
-def measure_latency(run: Callable[[], object], protocol: LatencyProtocol | None = None) -> LatencyStats:
+def measure_latency(run: Callable[[], object], protocol: LatencyProtocol | None = None,
+                    clock: Callable[[], float] = time.perf_counter) -> LatencyStats:
     """Time `run()` (one inference on a fixed batch). Session creation happens before, untimed."""
     protocol = protocol or LatencyProtocol()
     for _ in range(protocol.warmup):
         run()
     samples: list[float] = []
-    start = time.perf_counter()
+    start = clock()
     converged = False
     while len(samples) < protocol.max_runs:
-        samples.append(sample_ms(run))
+        samples.append(sample_ms(run, clock))
         if is_converged(samples, protocol):
             converged = True
             break
-        if time.perf_counter() - start > protocol.max_seconds and len(samples) >= 3:
+        if clock() - start > protocol.max_seconds and len(samples) >= 3:
             break
     return summarize(samples, converged)
 

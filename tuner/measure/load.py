@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import psutil
 
@@ -31,41 +32,60 @@ def _own_seconds() -> float:
     return t.user + t.system
 
 
+@dataclass(frozen=True)
+class CpuCounters:
+    """Where the load is read from: the machine's CPU seconds in use, this process's own, a monotonic
+    clock and the core count. A test passes its own functions and reads an exact load."""
+
+    busy: Callable[[], float] = _busy_seconds
+    own: Callable[[], float] = _own_seconds
+    clock: Callable[[], float] = time.monotonic
+    cores: int = os.cpu_count() or 1
+
+    def snapshot(self) -> tuple[float, float, float]:
+        return self.clock(), self.busy(), self.own()
+
+    def load_since(self, start: tuple[float, float, float]) -> Load:
+        t0, busy0, own0 = start
+        wall = max(self.clock() - t0, 1e-6)
+        other = max(0.0, (self.busy() - busy0) - (self.own() - own0)) / wall
+        share = other / self.cores
+        return Load(round(other, 3), round(share, 3), share > BUSY_SHARE)
+
+
+MACHINE = CpuCounters()
+
+
 class LoadMeter:
     """Use as a context manager around a timing window; .load holds the result after it."""
 
-    def __init__(self):
+    def __init__(self, counters: CpuCounters = MACHINE):
+        self.counters = counters
         self.load: Load | None = None
 
     def __enter__(self) -> "LoadMeter":
-        self._t0, self._busy0, self._own0 = time.monotonic(), _busy_seconds(), _own_seconds()
+        self._start = self.counters.snapshot()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.load = load_since(self._t0, self._busy0, self._own0)
+        self.load = self.counters.load_since(self._start)
 
 
-def load_since(t0: float, busy0: float, own0: float) -> Load:
-    wall = max(time.monotonic() - t0, 1e-6)
-    cores = os.cpu_count() or 1
-    other = max(0.0, (_busy_seconds() - busy0) - (_own_seconds() - own0)) / wall
-    share = other / cores
-    return Load(round(other, 3), round(share, 3), share > BUSY_SHARE)
-
-
-def sample_load(seconds: float = 1.0) -> Load:
+def sample_load(seconds: float = 1.0, counters: CpuCounters = MACHINE,
+                sleep: Callable[[float], None] = time.sleep) -> Load:
     """The load of other processes over the next `seconds` (this process idle meanwhile)."""
-    with LoadMeter() as meter:
-        time.sleep(seconds)
+    with LoadMeter(counters) as meter:
+        sleep(seconds)
     return meter.load
 
 
-def wait_until_quiet(on_wait, max_wait_s: float = 1800.0, poll_s: float = 5.0) -> Load:
+def wait_until_quiet(on_wait: Callable[[str], None], max_wait_s: float = 1800.0, poll_s: float = 5.0,
+                     counters: CpuCounters = MACHINE, sleep: Callable[[float], None] = time.sleep) -> Load:
     """--when-busy wait: hold back until other processes leave the cores alone (or max_wait_s passes)."""
-    deadline = time.monotonic() + max_wait_s
-    load = sample_load()
-    while load.busy and time.monotonic() < deadline:
+    deadline = counters.clock() + max_wait_s
+    load = sample_load(counters=counters, sleep=sleep)
+    while load.busy and counters.clock() < deadline:
         on_wait(f"waiting for a quiet machine (others use {load.other_cores:.1f} cores)")
-        time.sleep(poll_s)
-        load = sample_load()
+        sleep(poll_s)
+        load = sample_load(counters=counters, sleep=sleep)
     return load

@@ -24,6 +24,7 @@ LEAD_IN_S = 0.02  # untimed runs before each block, at least this long
 MIN_ROUNDS = 6  # rounds before a ratio may be called converged
 
 Call = Callable[[], object]
+Clock = Callable[[], float]  # seconds, monotonic: time.perf_counter, or a test's fake clock
 Rounds = list[list[float]]  # one list of samples (ms) per round
 
 
@@ -41,26 +42,26 @@ class RelativeLatency:
         return asdict(self)
 
 
-def _lead_in(call: Call) -> None:
-    end = time.perf_counter() + LEAD_IN_S
+def _lead_in(call: Call, clock: Clock) -> None:
+    end = clock() + LEAD_IN_S
     call()
-    while time.perf_counter() < end:
+    while clock() < end:
         call()
 
 
-def _block(call: Call, runs: int) -> list[float]:
-    _lead_in(call)
-    return [sample_ms(call) for _ in range(runs)]
+def _block(call: Call, runs: int, clock: Clock) -> list[float]:
+    _lead_in(call, clock)
+    return [sample_ms(call, clock) for _ in range(runs)]
 
 
-def _runs_per_block(calls: list[Call], warmup: int) -> int:
+def _runs_per_block(calls: list[Call], warmup: int, clock: Clock) -> int:
     """Enough runs of the slowest engine to fill BLOCK_S, between 3 and 20."""
     slowest = 0.0
     for call in calls:
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(max(1, warmup)):
             call()
-        slowest = max(slowest, (time.perf_counter() - t0) / max(1, warmup))
+        slowest = max(slowest, (clock() - t0) / max(1, warmup))
     return int(min(20, max(3, math.ceil(BLOCK_S / max(slowest, 1e-6)))))
 
 
@@ -80,23 +81,24 @@ def _tight(ratio: float, lo: float, hi: float, rel: float) -> bool:
 
 
 def time_blocks(calls: list[Call], protocol: LatencyProtocol, baseline: int = -1,
-                max_rounds: int | None = None) -> tuple[list[Rounds], bool]:
+                max_rounds: int | None = None, clock: Clock = time.perf_counter) -> tuple[list[Rounds], bool]:
     """Samples per engine and round. Stops once every engine's ratio to calls[baseline] has its 95%
     interval within +-rel_ci (after MIN_ROUNDS), or at the protocol's time cap (all engines together),
-    its run cap (per engine) or max_rounds. Returns (samples, converged)."""
-    runs = _runs_per_block(calls, protocol.warmup)
+    its run cap (per engine) or max_rounds. Returns (samples, converged). clock: what every run and
+    cap is timed with (a test passes a fake one that its fake engines advance)."""
+    runs = _runs_per_block(calls, protocol.warmup, clock)
     samples: list[Rounds] = [[] for _ in calls]
     order = list(range(len(calls)))
-    start = time.perf_counter()
+    start = clock()
     rounds = 0
     while rounds * runs < protocol.max_runs and (max_rounds is None or rounds < max_rounds):
         for i in order if rounds % 2 == 0 else order[::-1]:
-            samples[i].append(_block(calls[i], runs))
+            samples[i].append(_block(calls[i], runs, clock))
         rounds += 1
         if rounds >= MIN_ROUNDS and all(_tight(*ratio_interval(s, samples[baseline]), protocol.rel_ci)
                                         for i, s in enumerate(samples) if i != baseline % len(calls)):
             return samples, True
-        if time.perf_counter() - start > protocol.max_seconds and rounds >= 3:
+        if clock() - start > protocol.max_seconds and rounds >= 3:
             break
     return samples, False
 
@@ -110,9 +112,9 @@ def relative_to(samples: list[Rounds], baseline: int, converged: bool) -> list[t
     return out
 
 
-def measure_paired(candidate: Call, baseline: Call,
-                   protocol: LatencyProtocol | None = None) -> tuple[LatencyStats, LatencyStats, RelativeLatency]:
+def measure_paired(candidate: Call, baseline: Call, protocol: LatencyProtocol | None = None,
+                   clock: Clock = time.perf_counter) -> tuple[LatencyStats, LatencyStats, RelativeLatency]:
     """A candidate timed against the baseline until the ratio is known to +-rel_ci (or a cap is hit)."""
-    samples, converged = time_blocks([candidate, baseline], protocol or LatencyProtocol(), baseline=1)
+    samples, converged = time_blocks([candidate, baseline], protocol or LatencyProtocol(), baseline=1, clock=clock)
     (cand, rel), (base, _) = relative_to(samples, 1, converged)
     return cand, base, rel
