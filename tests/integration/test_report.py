@@ -5,7 +5,6 @@ trials, so the tests hold whatever the latencies measured on this machine are.""
 import json
 import os
 import re
-import shutil
 import sqlite3
 import subprocess
 
@@ -13,6 +12,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from needs import chromium_or_skip
 from tuner.demo import write_demo_model
 from tuner.errors import UserError
 from tuner.measure.latency import LatencyProtocol
@@ -236,13 +236,13 @@ window.addEventListener('load', function () { setTimeout(function () {
 }, 500); });</script>"""
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed (apt-get install -y chromium)")
 @pytest.mark.parametrize("name", ["r", "z"])
 def test_report_renders_in_headless_chromium(name, study, hopeless, tmp):
+    chromium = chromium_or_skip()
     page = tmp / f"{name}-chromium.html"
     text = open(write_report(study if name == "r" else hopeless, str(tmp / f"{name}.html"))).read()
     page.write_text(text.replace("<head>", "<head>" + CAPTURE, 1))  # capture errors before any other script runs
-    proc = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+    proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                            f"--user-data-dir={tmp / 'chromium-profile'}", "--virtual-time-budget=10000",
                            "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
                           capture_output=True, text=True, timeout=120)
