@@ -23,7 +23,7 @@ import copy
 import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Callable
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
@@ -280,16 +280,19 @@ class MixedSampler(PlanSampler):
         poll_s: how often a new trial re-reads the study while fast trials are still running.
         wait_s: how long it waits for them at most; then the second phase is computed from the fast
             trials finished so far (another worker may then compute a different one).
+        clock, sleep: what the wait is timed with (a test passes its own, to know when a trial waits).
     """
 
     strategy = "mixed"
 
     def __init__(self, params: Sequence[Param], *, margin: float = 0.02, poll_s: float = 1.0,
-                 wait_s: float = 3600.0, **kwargs: Any) -> None:
+                 wait_s: float = 3600.0, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
         self.fast = fast_plans_with_knobs(self.params)
         self.fast_plans = [c for _, c in self.fast]
         self.margin, self.poll_s, self.wait_s = margin, poll_s, wait_s
+        self._clock, self._sleep = clock, sleep
         self._second: dict[tuple[str, ...], list[Config]] = {}  # helped knobs -> second phase
 
     def fast_done(self, trials: Sequence[FrozenTrial]) -> bool:
@@ -340,7 +343,7 @@ class MixedSampler(PlanSampler):
         """While fast trials run and no fast plan is free, wait (poll_s, up to wait_s) for them;
         None when the only unfinished fast trials are queued (a retry): this trial is pruned, so
         that the next ask runs the queued one."""
-        deadline = time.monotonic() + self.wait_s
+        deadline = self._clock() + self.wait_s
         while True:
             plans, final = self.plan_list(study, trials)
             held = self.holders(trials)
@@ -349,10 +352,10 @@ class MixedSampler(PlanSampler):
             pending = [t for p in self.fast_plans for t in held[plan_key(p)] if not t.state.is_finished()]
             if pending and all(t.state == TrialState.WAITING for t in pending):
                 return None
-            if time.monotonic() >= deadline:
+            if self._clock() >= deadline:
                 _logger.warning("MixedSampler: fast trials still running after wait_s; second phase from those finished.")
                 return self.plan_list(study, trials, force=True)[0]
-            time.sleep(self.poll_s)
+            self._sleep(self.poll_s)
             trials[:] = self._trials(study)
 
 

@@ -1,0 +1,76 @@
+"""time_blocks and measure_paired on fake engines that advance a fake clock: exact arithmetic, no timing."""
+import pytest
+
+from tuner.measure.latency import LatencyProtocol, measure_latency
+from tuner.measure.paired import MIN_ROUNDS, measure_paired, ratio_interval, time_blocks
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def engine(self, *seconds: float):
+        """A call that takes seconds[i % len] on the i-th run: a steady engine, or one that load slows now and then."""
+        runs = [0]
+
+        def call():
+            self.t += seconds[runs[0] % len(seconds)]
+            runs[0] += 1
+        return call
+
+
+def test_steady_engines_converge_after_the_minimum_rounds_with_their_exact_ratio():
+    clock = FakeClock()
+    samples, converged = time_blocks([clock.engine(0.002), clock.engine(0.004)], LatencyProtocol(warmup=2),
+                                     baseline=1, clock=clock)
+    assert converged and len(samples[0]) == len(samples[1]) == MIN_ROUNDS
+    assert all(len(block) == 20 for block in samples[0])  # 0.1 s blocks of the slower engine, at most 20 runs
+    assert samples[0][0][0] == pytest.approx(2.0) and samples[1][0][0] == pytest.approx(4.0)
+    ratio, lo, hi = ratio_interval(samples[0], samples[1])
+    assert (ratio, lo, hi) == pytest.approx((0.5, 0.5, 0.5))
+
+
+def test_an_engine_against_itself_reads_exactly_one():
+    clock = FakeClock()
+    call = clock.engine(0.003)
+    _, _, rel = measure_paired(call, call, LatencyProtocol(warmup=1), clock=clock)
+    assert (rel.ratio, rel.ci_low, rel.ci_high, rel.converged) == (pytest.approx(1.0), pytest.approx(1.0),
+                                                                   pytest.approx(1.0), True)
+
+
+def test_slow_engines_stop_at_the_time_cap_after_three_rounds():
+    clock = FakeClock()
+    # 1 s per run: 3 runs a block (the minimum), a round of two engines = 2 x (1 lead-in + 3) runs = 8 s
+    samples, converged = time_blocks([clock.engine(1.0), clock.engine(1.0)], LatencyProtocol(warmup=1, max_seconds=10),
+                                     baseline=1, clock=clock)
+    assert not converged and len(samples[0]) == 3 and [len(b) for b in samples[0]] == [3, 3, 3]
+
+
+def test_the_run_cap_ends_a_timing_that_never_converges():
+    clock = FakeClock()
+    noisy = clock.engine(0.001, 0.009, 0.002, 0.007)  # spread far wider than +-2%
+    samples, converged = time_blocks([noisy, clock.engine(0.004)], LatencyProtocol(warmup=4, max_runs=60,
+                                                                                      max_seconds=1e9),
+                                     baseline=1, clock=clock)
+    assert not converged and sum(len(b) for b in samples[0]) == 60  # 3 rounds of 20 runs
+
+
+def test_load_that_slows_one_block_in_six_moves_the_ratio_of_medians_little():
+    clock = FakeClock()
+    # the baseline's every 7th run reads 3x slow (another process took the core): the median ignores it
+    samples, _ = time_blocks([clock.engine(0.002), clock.engine(*([0.004] * 6 + [0.012]))],
+                             LatencyProtocol(warmup=2), baseline=1, max_rounds=8, clock=clock)
+    ratio, _, _ = ratio_interval(samples[0], samples[1])
+    assert ratio == pytest.approx(0.5)
+
+
+def test_measure_latency_converges_on_a_steady_engine_and_caps_a_slow_one():
+    clock = FakeClock()
+    steady = measure_latency(clock.engine(0.005), LatencyProtocol(warmup=1, min_runs=10), clock=clock)
+    assert steady.converged and steady.count == 10 and steady.median_ms == pytest.approx(5.0)
+    clock = FakeClock()
+    slow = measure_latency(clock.engine(4.0), LatencyProtocol(warmup=1, max_seconds=10), clock=clock)
+    assert not slow.converged and slow.count == 3  # 12 s > 10 s after the third run
