@@ -158,7 +158,7 @@ def compile_paths(model: str, study: optuna.Study, rounds: int) -> dict[str, flo
                   "convert_model, in memory": converted}
         engines = {k: OpenVinoEngine(core.compile_model(m, "CPU", dict(FIXED_PROPERTIES)), FIXED_PROPERTIES, outputs)
                    for k, m in models.items()}
-        samples, _ = time_blocks([e.timed_call(problem.batches[0]) for e in engines.values()],
+        samples, _, _ = time_blocks([e.timed_call(problem.batches[0]) for e in engines.values()],
                                  LatencyProtocol(max_seconds=60.0), baseline=0, max_rounds=rounds)
         for e in engines.values():
             e.close()

@@ -27,7 +27,7 @@ from tuner.measure.paired import time_blocks  # noqa: E402
 def medians(model: str, feed: dict, n: int, interleaved: bool, rounds: int) -> list[float]:
     sessions = [make_session(model, {"intra_op_num_threads": os.cpu_count()}, interleaved) for _ in range(n)]
     calls = [lambda s=s: s.run(None, feed) for s in sessions]
-    samples, _ = time_blocks(calls, LatencyProtocol(max_seconds=120), baseline=0, max_rounds=rounds)
+    samples, _, _ = time_blocks(calls, LatencyProtocol(max_seconds=120), baseline=0, max_rounds=rounds)
     return [statistics.median(x for r in s for x in r) for s in samples]
 
 

@@ -75,7 +75,7 @@ def main(argv=None) -> int:
             engines.append(engine)
             rows.append((label, cos, build_s, reported))
             print(f"built {label}: cos {cos:.3g}, {build_s:.1f} s", file=sys.stderr, flush=True)
-        samples, _ = time_blocks([e.timed_call(problem.batches[0]) for e in engines], LatencyProtocol(max_seconds=60.0),
+        samples, _, _ = time_blocks([e.timed_call(problem.batches[0]) for e in engines], LatencyProtocol(max_seconds=60.0),
                                  baseline=0, max_rounds=args.rounds)
         samples = [[ms for block in s for ms in block] for s in samples]
         for e in engines:

@@ -21,6 +21,7 @@ from .isolate import IsolatedRunner
 from .locks import default_lock_path, device_lock
 from .measure.accuracy import compute_metrics, load_user_metric
 from .measure.latency import LatencyProtocol, measure_latency
+from .measure.guard import BaselineBand, guard_record
 from .measure.load import LoadMeter, wait_until_quiet
 from .measure.paired import measure_paired, relative_to, time_blocks
 from .problem import Problem, ProblemSpec
@@ -72,13 +73,19 @@ def _dir_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
 
 
+RETIMES = 2  # --when-busy wait: a disturbed baseline window is timed again at most this often
+
+
 def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProtocol | None = None,
             on_phase: Phase = _no_phase, baseline: dict | None = None, when_busy: str = "warn",
-            study: str = "") -> TrialRecord:
+            study: str = "", band: BaselineBand | None = None, give_up_above: float | None = None) -> TrialRecord:
     """Build the candidate into out_dir, check its accuracy, then time it holding its device's lock,
     so no two candidates are ever timed at once. With a baseline config, the baseline engine is built
     too and both are timed alternately (paired timing): the record then holds the candidate's latency
-    relative to the baseline's in the same window. The record keeps the window and the machine's load."""
+    relative to the baseline's in the same window. The record keeps the window and the machine's load.
+    band: where the study's undisturbed baseline windows fall; a window outside it is timed again after
+    a wait (when_busy "wait") and, still outside, marked disturbed. give_up_above: the ratio past which
+    the candidate cannot win (paired timing stops there, measure/paired.py)."""
     engine, backend, build_s = build(problem, config, out_dir, on_phase, study=study)
     base_engine, base_dir = None, None
     try:
@@ -94,12 +101,21 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
                 wait_until_quiet(on_phase)
             on_phase("timing")
             window_start = time.time()
-            with LoadMeter() as meter:
-                if base_engine is not None:
-                    latency, base_latency, relative = measure_paired(
-                        call, base_engine.timed_call(problem.batches[0]), protocol)
-                else:
-                    latency, base_latency, relative = measure_latency(call, protocol), None, None
+            retimed = 0
+            while True:
+                with LoadMeter() as meter:
+                    if base_engine is not None:
+                        latency, base_latency, relative = measure_paired(
+                            call, base_engine.timed_call(problem.batches[0]), protocol, give_up_above=give_up_above)
+                    else:
+                        latency, base_latency, relative = measure_latency(call, protocol), None, None
+                if (base_latency is None or band is None or band.holds(base_latency.median_ms)
+                        or when_busy != "wait" or retimed >= RETIMES):
+                    break
+                retimed += 1
+                on_phase(f"the baseline read {base_latency.median_ms:.1f} ms, outside its {band.low_ms:.1f}-"
+                         f"{band.high_ms:.1f} ms: timing again once the machine is quiet")
+                wait_until_quiet(on_phase)
             window_end = time.time()
     finally:
         engine.close()
@@ -118,7 +134,8 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
         build_s=build_s, engine_bytes=_dir_bytes(out_dir), backend=f"{backend.name}-{backend.versions()[backend.name]}",
         engine_dir=os.path.abspath(out_dir), timing_window=[window_start, window_end],
         timing="paired" if relative is not None else "alone", relative=relative.to_dict() if relative else None,
-        baseline_latency=base_latency.to_dict() if base_latency else None, load=meter.load.to_dict())
+        baseline_latency=base_latency.to_dict() if base_latency else None, load=meter.load.to_dict(),
+        baseline_guard=guard_record(band, base_latency.median_ms, retimed) if base_latency else None)
 
 
 # ---------------------------------------------------------------- jobs: what runs in the isolated child
@@ -137,11 +154,11 @@ def _problem(spec: dict, cache_dir: str) -> Problem:
 
 def measure_job(spec: dict, cache_dir: str, config: dict, out_dir: str, protocol: dict | None,
                 baseline: dict | None = None, when_busy: str = "warn", study: str = "",
-                on_phase: Phase = _no_phase) -> dict:
+                on_phase: Phase = _no_phase, band: dict | None = None, give_up_above: float | None = None) -> dict:
     on_phase("loading the model and reference")
     problem = _problem(spec, cache_dir)
     return measure(problem, config, out_dir, LatencyProtocol(**protocol) if protocol else None, on_phase, baseline,
-                   when_busy, study).to_dict()
+                   when_busy, study, BaselineBand.from_dict(band), give_up_above).to_dict()
 
 
 @contextlib.contextmanager
@@ -212,7 +229,7 @@ def confirm_job(spec: dict, cache_dir: str, configs: list[dict], baseline: int, 
             base_at = sum(1 for r in results[:baseline] if "error" not in r)  # the baseline among the built
             on_phase("timing side by side")
             with device_lock(default_lock_path(sorted(devices)[0])), LoadMeter() as meter:
-                samples, converged = time_blocks([e.timed_call(problem.batches[0]) for e in engines],
+                samples, converged, _ = time_blocks([e.timed_call(problem.batches[0]) for e in engines],
                                                  LatencyProtocol(max_seconds=60.0), baseline=base_at, max_rounds=rounds)
         finally:
             for e in engines:
@@ -284,10 +301,11 @@ class Evaluator:
         return self._runner.call(fn, {"spec": self.spec, "cache_dir": cache.cache_dir(), "study": self.study, **kwargs},
                                  self.timeout_s)
 
-    def measure(self, config: dict, out_dir: str) -> TrialRecord:
+    def measure(self, config: dict, out_dir: str, band: BaselineBand | None = None,
+                give_up_above: float | None = None) -> TrialRecord:
         rec = self._call(measure_job, config=config, out_dir=out_dir,
                          protocol=asdict(self.protocol) if self.protocol else None, baseline=self.baseline,
-                         when_busy=self.when_busy)
+                         when_busy=self.when_busy, band=band.to_dict() if band else None, give_up_above=give_up_above)
         return TrialRecord.from_dict(rec)
 
     def accuracy(self, config: dict, timing: LatencyProtocol | None = None) -> dict:

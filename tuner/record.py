@@ -38,6 +38,12 @@ class TrialRecord:
     relative: dict[str, Any] | None = None  # paired: RelativeLatency.to_dict(), candidate / baseline
     baseline_latency: dict[str, Any] | None = None  # paired: the baseline's LatencyStats in the same window
     load: dict[str, Any] | None = None  # Load.to_dict(): other processes' CPU during the timing window
+    baseline_guard: dict[str, Any] | None = None  # measure.guard.guard_record: the baseline window against its band
+
+    @property
+    def disturbed(self) -> bool:
+        """The baseline's window fell outside the study's band: the pair's ratio is not the candidate's."""
+        return bool((self.baseline_guard or {}).get("disturbed"))
 
     @property
     def median_ms(self) -> float:

@@ -18,7 +18,7 @@ from .export_files import check_out_dir, install, staging_dir
 from .measure.latency import LatencyProtocol
 from .problem import Problem
 from .record import BUILD_KEY, CONFIG
-from .search.trials import baseline_trial, closest_candidate, is_feasible, speed_key
+from .search.trials import baseline_trial, closest_candidate, is_feasible, is_trusted, speed_key
 
 WINNER_ATTR = "winner"
 BEST_EFFORT_ATTR = "best_effort"
@@ -27,7 +27,8 @@ BEST_EFFORT_ATTR = "best_effort"
 def top_candidates(study: optuna.Study, k: int) -> list:
     """The k fastest feasible trials, one per distinct build."""
     seen, out = set(), []
-    feasible = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if is_feasible(t)]
+    feasible = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if is_feasible(t) and is_trusted(t)]
     for t in sorted(feasible, key=speed_key):
         key = t.user_attrs.get("build_key")
         if key in seen:

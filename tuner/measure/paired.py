@@ -22,6 +22,9 @@ from .latency import LatencyProtocol, LatencyStats, sample_ms, summarize
 BLOCK_S = 0.1  # target length of one block of timed runs
 LEAD_IN_S = 0.02  # untimed runs before each block, at least this long
 MIN_ROUNDS = 6  # rounds before a ratio may be called converged
+HOPELESS_ROUNDS = 3  # rounds before a candidate may be called hopeless (its ratio's interval is above the limit)
+SLOW_RUN = 3.0  # one candidate run slower than this x give_up_above x the baseline's run ends the timing at once
+OVERRUN = 3.0  # no timing outlives this x the protocol's time cap, whatever its rounds
 
 Call = Callable[[], object]
 Clock = Callable[[], float]  # seconds, monotonic: time.perf_counter, or a test's fake clock
@@ -37,6 +40,7 @@ class RelativeLatency:
     ci_high: float
     rounds: int
     converged: bool
+    stopped: str | None = None  # why timing stopped before converging: "hopeless", "slow run", "overrun"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -54,15 +58,28 @@ def _block(call: Call, runs: int, clock: Clock) -> list[float]:
     return [sample_ms(call, clock) for _ in range(runs)]
 
 
-def _runs_per_block(calls: list[Call], warmup: int, clock: Clock) -> int:
-    """Enough runs of the slowest engine to fill BLOCK_S, between 3 and 20."""
-    slowest = 0.0
-    for call in calls:
-        t0 = clock()
+def _warm_up(calls: list[Call], warmup: int, clock: Clock, baseline: int,
+             give_up_above: float | None) -> tuple[list[float], bool]:
+    """Each engine's seconds per run over its warm-up, the baseline's first. With give_up_above, a
+    candidate's run slower than SLOW_RUN x give_up_above x the baseline's ends the warm-up at once:
+    returns (seconds per run, whether a candidate was that slow)."""
+    per_run = [0.0] * len(calls)
+    for i in [baseline] + [i for i in range(len(calls)) if i != baseline]:
+        times = []
         for _ in range(max(1, warmup)):
-            call()
-        slowest = max(slowest, (clock() - t0) / max(1, warmup))
-    return int(min(20, max(3, math.ceil(BLOCK_S / max(slowest, 1e-6)))))
+            t0 = clock()
+            calls[i]()
+            times.append(clock() - t0)
+            if i != baseline and give_up_above and times[-1] > SLOW_RUN * give_up_above * per_run[baseline]:
+                per_run[i] = times[-1]
+                return per_run, True
+        per_run[i] = sum(times) / len(times)
+    return per_run, False
+
+
+def _runs_per_block(per_run_s: list[float]) -> int:
+    """Enough runs of the slowest engine to fill BLOCK_S, between 3 and 20."""
+    return int(min(20, max(3, math.ceil(BLOCK_S / max(max(per_run_s), 1e-6)))))
 
 
 def ratio_interval(rounds: Rounds, base_rounds: Rounds, resamples: int = 300) -> tuple[float, float, float]:
@@ -80,41 +97,59 @@ def _tight(ratio: float, lo: float, hi: float, rel: float) -> bool:
     return hi - ratio <= rel * ratio and ratio - lo <= rel * ratio
 
 
-def time_blocks(calls: list[Call], protocol: LatencyProtocol, baseline: int = -1,
-                max_rounds: int | None = None, clock: Clock = time.perf_counter) -> tuple[list[Rounds], bool]:
+def time_blocks(calls: list[Call], protocol: LatencyProtocol, baseline: int = -1, max_rounds: int | None = None,
+                clock: Clock = time.perf_counter,
+                give_up_above: float | None = None) -> tuple[list[Rounds], bool, str | None]:
     """Samples per engine and round. Stops once every engine's ratio to calls[baseline] has its 95%
-    interval within +-rel_ci (after MIN_ROUNDS), or at the protocol's time cap (all engines together),
-    its run cap (per engine) or max_rounds. Returns (samples, converged). clock: what every run and
+    interval within +-rel_ci (after MIN_ROUNDS), or at the protocol's time cap (all engines together,
+    after 3 rounds; at OVERRUN x the cap whatever the rounds), its run cap (per engine) or max_rounds.
+    give_up_above: a ratio no candidate that could still win reaches (1.5 x the best so far); timing
+    stops once every candidate's interval lies above it, or at once when a candidate's single run is far
+    slower than it. Returns (samples, converged, why it stopped early or None). clock: what every run and
     cap is timed with (a test passes a fake one that its fake engines advance)."""
-    runs = _runs_per_block(calls, protocol.warmup, clock)
+    baseline %= len(calls)
+    start = clock()
+    per_run_s, too_slow = _warm_up(calls, protocol.warmup, clock, baseline, give_up_above)
+    if too_slow:  # one run each is all there is to say: the ratio from the warm-up
+        return [[[s * 1e3]] for s in per_run_s], False, "slow run"
+    runs = _runs_per_block(per_run_s)
     samples: list[Rounds] = [[] for _ in calls]
     order = list(range(len(calls)))
-    start = clock()
+    candidates = [i for i in order if i != baseline]
     rounds = 0
     while rounds * runs < protocol.max_runs and (max_rounds is None or rounds < max_rounds):
         for i in order if rounds % 2 == 0 else order[::-1]:
             samples[i].append(_block(calls[i], runs, clock))
+            if clock() - start > OVERRUN * protocol.max_seconds and all(samples[j] for j in order):
+                return samples, False, "overrun"
         rounds += 1
-        if rounds >= MIN_ROUNDS and all(_tight(*ratio_interval(s, samples[baseline]), protocol.rel_ci)
-                                        for i, s in enumerate(samples) if i != baseline % len(calls)):
-            return samples, True
+        intervals = [ratio_interval(samples[i], samples[baseline]) for i in candidates]
+        if rounds >= MIN_ROUNDS and all(_tight(*iv, protocol.rel_ci) for iv in intervals):
+            return samples, True, None
+        if give_up_above is not None and rounds >= HOPELESS_ROUNDS and all(lo > give_up_above for _, lo, _ in intervals):
+            return samples, False, "hopeless"
         if clock() - start > protocol.max_seconds and rounds >= 3:
             break
-    return samples, False
+    return samples, False, None
 
 
-def relative_to(samples: list[Rounds], baseline: int, converged: bool) -> list[tuple[LatencyStats, RelativeLatency]]:
+def relative_to(samples: list[Rounds], baseline: int, converged: bool,
+                stopped: str | None = None) -> list[tuple[LatencyStats, RelativeLatency]]:
     """Per engine: its latency statistics and its ratio to the baseline engine."""
     out = []
     for s in samples:
         ratio, lo, hi = ratio_interval(s, samples[baseline])
-        out.append((summarize([x for r in s for x in r], converged), RelativeLatency(ratio, lo, hi, len(s), converged)))
+        out.append((summarize([x for r in s for x in r], converged),
+                    RelativeLatency(ratio, lo, hi, len(s), converged, stopped)))
     return out
 
 
 def measure_paired(candidate: Call, baseline: Call, protocol: LatencyProtocol | None = None,
-                   clock: Clock = time.perf_counter) -> tuple[LatencyStats, LatencyStats, RelativeLatency]:
-    """A candidate timed against the baseline until the ratio is known to +-rel_ci (or a cap is hit)."""
-    samples, converged = time_blocks([candidate, baseline], protocol or LatencyProtocol(), baseline=1, clock=clock)
-    (cand, rel), (base, _) = relative_to(samples, 1, converged)
+                   clock: Clock = time.perf_counter,
+                   give_up_above: float | None = None) -> tuple[LatencyStats, LatencyStats, RelativeLatency]:
+    """A candidate timed against the baseline until the ratio is known to +-rel_ci, a cap is hit, or it
+    is known to be slower than give_up_above (rel.stopped says so; its interval is then the bound)."""
+    samples, converged, stopped = time_blocks([candidate, baseline], protocol or LatencyProtocol(), baseline=1,
+                                              clock=clock, give_up_above=give_up_above)
+    (cand, rel), (base, _) = relative_to(samples, 1, converged, stopped)
     return cand, base, rel

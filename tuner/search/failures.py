@@ -25,6 +25,12 @@ def is_deterministic(failure: Exception) -> bool:
     return getattr(failure, "kind", None) == "error" and getattr(failure, "phase", "") not in _NOT_THE_ROUTE
 
 
+def is_timing_timeout(failure: Exception) -> bool:
+    """The trial's time ran out while its engine was being timed: this config is too slow to time, learnt
+    for the whole config (not its route: the same route with other settings may be fast)."""
+    return getattr(failure, "kind", None) == "timeout" and getattr(failure, "phase", "") == "timing"
+
+
 def known_failure(study: optuna.Study, choice: dict) -> dict | None:
     return study.user_attrs.get(PREFIX + failure_key(choice))
 

@@ -14,15 +14,36 @@ from optuna.trial import TrialState
 from ..machine import same_machine
 from ..record import BUILD_KEY, CONFIG, FAIL_REASON, MACHINE, REUSED_FROM, TrialRecord
 from ..space import normalize, route_choice, trial_chooser
-from .failures import BUILD_CONSTRAINT, KNOWN_FAILURE, is_deterministic, known_failure, record_failure
+from ..measure.guard import BaselineBand
+from .failures import (BUILD_CONSTRAINT, KNOWN_FAILURE, is_deterministic, is_timing_timeout, known_failure,
+                       record_failure)
 from .samplers import grid_space
 from .study import StudyContext
+from .trials import disturbed, is_feasible, is_trusted, relative_of
+
+
+GIVE_UP = 1.5  # a candidate known to be this much slower than the best feasible so far is not timed on
 
 
 class CandidateEvaluator(Protocol):
     """What the objective needs of an evaluator (tuner.evaluate.Evaluator): build and measure one config."""
 
-    def measure(self, config: dict, out_dir: str) -> TrialRecord: ...
+    def measure(self, config: dict, out_dir: str, band: BaselineBand | None = None,
+                give_up_above: float | None = None) -> TrialRecord: ...
+
+
+def baseline_band(trials: list, machine: dict) -> BaselineBand | None:
+    """The band of the baseline windows of the study's paired trials on this machine, disturbed ones left out."""
+    medians = [t.user_attrs["baseline_latency"]["median_ms"] for t in trials
+               if t.user_attrs.get("baseline_latency") and not t.user_attrs.get(REUSED_FROM) and not disturbed(t)
+               and same_machine(t.user_attrs.get(MACHINE) or {}, machine)]
+    return BaselineBand.from_history(medians)
+
+
+def give_up_ratio(trials: list) -> float | None:
+    """GIVE_UP x the best trusted feasible paired ratio so far; None before there is one."""
+    ratios = [relative_of(t) for t in trials if is_feasible(t) and is_trusted(t) and relative_of(t) is not None]
+    return GIVE_UP * min(ratios) if ratios else None
 
 
 def build_key(settings: dict, config: dict) -> str:
@@ -55,12 +76,14 @@ class Objective:
             trial.set_user_attr(REUSED_FROM, prior.user_attrs.get(REUSED_FROM, prior.number))
             return self._report(trial, TrialRecord.from_trial(prior).copied())
         choice = route_choice(ctx.problem.space, config)
-        seen = known_failure(ctx.study, choice)
+        seen = known_failure(ctx.study, choice) or known_failure(ctx.study, config)
         if seen is not None:
             self._prune_known_failure(trial, seen)
         out_dir = os.path.join(self.engines_dir, f"trial-{trial.number}")
+        done = ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         try:
-            rec = self.evaluator.measure(config, out_dir)
+            rec = self.evaluator.measure(config, out_dir, baseline_band(done, ctx.settings["machine"]),
+                                         give_up_ratio(done))
         except KeyboardInterrupt:  # Optuna fails the trial and re-raises; say why
             trial.set_user_attr(FAIL_REASON, "interrupted (Ctrl-C) during this trial")
             raise
@@ -68,6 +91,8 @@ class Objective:
             trial.set_user_attr(FAIL_REASON, str(exc))
             if is_deterministic(exc):
                 record_failure(ctx.study, choice, trial.number, str(exc))
+            elif is_timing_timeout(exc):
+                record_failure(ctx.study, config, trial.number, str(exc))
             raise
         finally:
             if not self.keep_engines:
@@ -90,8 +115,11 @@ class Objective:
         for bound, value in rec.violations.items():
             trial.set_constraint(bound, value)
         error = min(float(rec.metrics.get(self.ctx.problem.requirement.primary_metric, 1e30)), 1e30)
-        # Paired timing: the objective is the latency relative to the baseline timed in the same window.
+        # Paired timing: the objective is the latency relative to the baseline timed in the same window; a
+        # window whose baseline fell outside its band scores the candidate against the band's median instead.
         latency = rec.relative_latency if rec.relative_latency is not None else rec.median_ms
+        if rec.disturbed:
+            latency = rec.median_ms / rec.baseline_guard["band"]["median_ms"]
         values = {"latency": latency, "error": error}
         out = [values[o] for o in self.ctx.objectives]
         return out if len(out) > 1 else out[0]

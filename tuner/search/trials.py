@@ -36,6 +36,22 @@ def speedup_of(t, base) -> float | None:
     return latency_of(base) / latency_of(t) if base is not None and latency_of(t) > 0 else None
 
 
+def disturbed(t) -> bool:
+    """The baseline's window fell outside the study's band (measure/guard.py): the ratio was not read from a
+    fair window, and the trial is scored against the baseline's history instead."""
+    return bool((t.user_attrs.get("baseline_guard") or {}).get("disturbed"))
+
+
+def stopped_early(t) -> bool:
+    """Its timing stopped once it could not win (measure/paired.py): a bound, not a converged ratio."""
+    return bool((t.user_attrs.get("relative") or {}).get("stopped"))
+
+
+def is_trusted(t) -> bool:
+    """A timing that may become the best so far or a finalist: neither disturbed nor stopped early."""
+    return not disturbed(t) and not stopped_early(t)
+
+
 def was_busy(t) -> bool:
     """Timed while other processes kept the machine busy (tuner.measure.load)."""
     return bool((t.user_attrs.get("load") or {}).get("busy"))
@@ -50,7 +66,7 @@ def baseline_trial(study: optuna.Study):
 
 
 def best_feasible(study: optuna.Study):
-    feas = [t for t in completed(study) if is_feasible(t)]
+    feas = [t for t in completed(study) if is_feasible(t) and is_trusted(t)]
     return min(feas, key=speed_key) if feas else None
 
 

@@ -1,0 +1,32 @@
+"""The baseline band: exact figures from a given history."""
+import pytest
+
+from tuner.measure.guard import MIN_WINDOWS, BaselineBand, guard_record
+
+
+def test_no_band_before_enough_windows():
+    assert BaselineBand.from_history([124.0] * (MIN_WINDOWS - 1)) is None
+
+
+def test_a_quiet_history_gets_the_minimum_band_and_a_3x_window_is_disturbed():
+    band = BaselineBand.from_history([124.0, 126.0, 122.0, 125.0])
+    assert band.median_ms == pytest.approx(124.5)
+    assert (band.low_ms, band.high_ms) == pytest.approx((124.5 * 0.85, 124.5 * 1.15))
+    assert band.holds(130.0) and band.holds(110.0)
+    assert not band.holds(382.0)  # the issue's window: a burner on one core, two-thread baseline
+    assert guard_record(band, 382.0, 2) == {"band": band.to_dict(), "window_ms": 382.0, "disturbed": True, "retimed": 2}
+    assert guard_record(band, 125.0, 0)["disturbed"] is False
+    assert guard_record(None, 382.0, 0) is None
+
+
+def test_a_noisy_history_widens_the_band_by_its_spread():
+    history = [100.0, 80.0, 120.0, 100.0, 100.0]  # MAD 0 around 100 but for the two outliers: MAD = 0
+    assert BaselineBand.from_history(history).high_ms == pytest.approx(115.0)
+    wide = [100.0, 80.0, 120.0, 90.0, 110.0]  # MAD 10: 4 x 1.4826 x 10 = 59.3 > 15
+    band = BaselineBand.from_history(wide)
+    assert (band.low_ms, band.high_ms) == pytest.approx((100 - 59.304, 100 + 59.304))
+
+
+def test_the_band_round_trips_through_a_dict():
+    band = BaselineBand.from_history([10.0, 11.0, 12.0])
+    assert BaselineBand.from_dict(band.to_dict()) == band and BaselineBand.from_dict(None) is None
