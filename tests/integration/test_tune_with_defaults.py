@@ -1,5 +1,6 @@
-"""The default study (issue 21): sensitivity by default, failing routes learnt, paired timing, load
-awareness, verify and warm start. Real builds in child processes, real SQLite studies."""
+"""`tuner tune` with nothing else said (the default study): sensitivity by default, failing routes
+learnt, paired timing, load awareness, verify and warm start. Real builds in child processes, real
+SQLite studies."""
 import multiprocessing as mp
 import os
 import time
@@ -24,7 +25,7 @@ PLANTED = sorted(f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv")
 
 
 # ONNX Runtime's space as it ships: the default where OpenVINO is not installed (cpu.yaml, the default
-# where it is, adds OpenVINO's own ranking: tests/integration/test_backends_study.py)
+# where it is, adds OpenVINO's own ranking: tests/integration/test_tune_across_backends.py)
 ORT_SPACE = os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml")
 
 

@@ -19,7 +19,7 @@ def problem(tmp_path_factory):
     from tuner.demo import write_demo_model
 
     path = write_demo_model(str(tmp_path_factory.mktemp("m") / "demo.onnx"))
-    # ONNX Runtime's space: where OpenVINO is installed the default is cpu.yaml (tests/integration/test_backends_study.py)
+    # ONNX Runtime's space: where OpenVINO is installed the default is cpu.yaml (tests/integration/test_tune_across_backends.py)
     return load_problem(path, os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml"), shapes=SHAPE, require="cos<=0.005", n_batches=2)
 
 

@@ -13,7 +13,7 @@ from tuner.backends.tensorrt.routes import (allowed_values, check_space_routes, 
 from tuner.cli import main
 from tuner.space import SPACES_DIR, Param, load_space
 
-FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "all_build_routes_11.1.json")
+FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "all_build_routes_11.1.json")
 
 
 @pytest.fixture(scope="module")

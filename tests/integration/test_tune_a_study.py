@@ -22,14 +22,14 @@ DEFAULT_SPACE_TEXT = open(os.path.join(os.path.dirname(__file__), "..", "..", "s
 
 def independent_space(tmp_path, text: str = DEFAULT_SPACE_TEXT, name: str = "independent.yaml") -> str:
     """The default space with one boolean per layer: these tests are about studies, not the ranking
-    (tests/integration/test_search_defaults.py runs the default space as it ships)."""
+    (tests/integration/test_tune_with_defaults.py runs the default space as it ships)."""
     path = tmp_path / name
     path.write_text(text.replace("encoding: auto", "encoding: independent"))
     return str(path)
 
 
 def options(tmp_path, model=None, **kw):
-    # ONNX Runtime's space: the default where OpenVINO is installed is cpu.yaml (tests/integration/test_backends_study.py)
+    # ONNX Runtime's space: the default where OpenVINO is installed is cpu.yaml (tests/integration/test_tune_across_backends.py)
     base = dict(study="s", model=model, storage=f"sqlite:///{tmp_path}/s.db", shapes=["x=2x64x256"],
                 require="cos<=0.005", seed=0, protocol=FAST, progress=False, quiet=True, top_k=2,
                 space=independent_space(tmp_path) if model else None)
