@@ -1,14 +1,16 @@
+"""`tuner evaluate` of one config on real builds: every route builds and runs, keeping layers in float
+restores accuracy, models ONNX Runtime's quantizers find awkward (opset 11, weights in Constant nodes)
+still quantize, and the session settings a config names reach ONNX Runtime."""
 import os
 
 import onnx
 import pytest
 
 from tuner.cli import main
-from tuner.errors import UserError
 from tuner.evaluate import measure
 from tuner.problem import config_from_sets, load_problem
 from tuner.measure.latency import LatencyProtocol
-from tuner.space import SPACES_DIR, config_key
+from tuner.space import SPACES_DIR
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=5, max_seconds=1)
 SHAPE = ["x=2x64x256"]
@@ -57,17 +59,6 @@ def test_opset11_model_works_with_per_channel_static(tmp_path):
     p = load_problem(path, n_batches=2)
     rec = measure(p, config_from_sets(p, ["precision=int8-static", "static_per_channel=true"]), str(tmp_path / "e"), FAST)
     assert rec.metrics["cos"] < 0.05
-
-
-def test_conditional_params_dropped_and_keys_stable(problem):
-    fp32 = config_from_sets(problem, ["precision=fp32"])
-    assert "dyn_per_channel" not in fp32 and "keep_float" not in fp32
-    dyn = config_from_sets(problem, ["precision=int8-dynamic"])
-    assert "dyn_per_channel" in dyn and "calibration_method" not in dyn
-    with pytest.raises(UserError, match="--set dyn_per_channel: inactive here"):  # refused, not dropped silently
-        config_from_sets(problem, ["precision=fp32", "dyn_per_channel=true"])
-    assert config_key(fp32) == config_key(config_from_sets(problem, ["precision=fp32"]))
-    assert config_key(fp32) != config_key(dyn)
 
 
 def test_cli_evaluate_and_space(demo_path, tmp_path, capsys):

@@ -1,5 +1,6 @@
-"""Parameters with a config key (`key:`): two that can be active together may not share one; a
-space over several backends normalizes each backend's parameters under the keys it reads."""
+"""Space files (tuner.space): a bad field is named; parameters with a config key (`key:`): two that can
+be active together may not share one, and a space over several backends normalizes each backend's
+parameters under the keys it reads."""
 import pytest
 
 from tuner.errors import UserError
@@ -60,19 +61,11 @@ def test_removing_a_choice_removes_what_depends_on_it(tmp_path):
     assert [p.name for p in left.params] == ["backend", "precision"] and [o.name for o in left.overrides] == ["keep_float"]
 
 
-
-ORT_ONLY = """\
-parameters:
-  precision: {type: categorical, choices: [fp32, int8-dynamic], default: fp32}
-  dyn_per_channel: {type: bool, default: false, when: {precision: [int8-dynamic]}}
-"""
-
-
-def test_a_set_value_whose_condition_does_not_hold_is_refused(demo_path, tmp_path):
-    from tuner.problem import config_from_sets, load_problem
-
-    problem = load_problem(demo_path, str(_space_file(tmp_path, ORT_ONLY)), shapes=["x=2x64x256"], n_batches=1)
-    with pytest.raises(UserError, match=r"--set dyn_per_channel: inactive here, it applies when \{'precision'"):
-        config_from_sets(problem, ["dyn_per_channel=true"])
-    assert config_from_sets(problem, ["precision=int8-dynamic", "dyn_per_channel=true"]) == {
-        "precision": "int8-dynamic", "dyn_per_channel": True}
+def test_bad_space_field_is_named(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("parameters:\n  precision: {type: categorical, choices: [fp32], default: fp32, colour: red}\n")
+    with pytest.raises(UserError, match=r"parameters\.precision.*colour"):
+        load_space(str(f))
+    f.write_text("parameters:\n  a: {type: bool, default: false, when: {nope: [1]}}\n")
+    with pytest.raises(UserError, match="unknown parameter 'nope'"):
+        load_space(str(f))
