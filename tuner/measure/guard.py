@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 MIN_WINDOWS = 3  # baseline windows before a band is drawn: fewer say nothing about the noise
-MIN_BAND = 0.15  # the band is at least +-15% of the history's median (a quiet 2-core machine drifts ~5%)
+MIN_BAND = 0.25  # the band is at least +-25% of the history's median (windows of one baseline moved 30% on
+# a 2-core machine with one other busy process; the load this guards against moved it 3x)
 SPREADS = 4.0  # and at least 4 robust standard deviations (1.4826 MAD) of the history
 
 

@@ -11,8 +11,8 @@ def test_no_band_before_enough_windows():
 def test_a_quiet_history_gets_the_minimum_band_and_a_3x_window_is_disturbed():
     band = BaselineBand.from_history([124.0, 126.0, 122.0, 125.0])
     assert band.median_ms == pytest.approx(124.5)
-    assert (band.low_ms, band.high_ms) == pytest.approx((124.5 * 0.85, 124.5 * 1.15))
-    assert band.holds(130.0) and band.holds(110.0)
+    assert (band.low_ms, band.high_ms) == pytest.approx((124.5 * 0.75, 124.5 * 1.25))
+    assert band.holds(150.0) and band.holds(100.0) and not band.holds(160.0)
     assert not band.holds(382.0)  # the window: a burner on one core, two-thread baseline
     assert guard_record(band, 382.0, 2) == {"band": band.to_dict(), "window_ms": 382.0, "disturbed": True, "retimed": 2}
     assert guard_record(band, 125.0, 0)["disturbed"] is False
@@ -20,9 +20,9 @@ def test_a_quiet_history_gets_the_minimum_band_and_a_3x_window_is_disturbed():
 
 
 def test_a_noisy_history_widens_the_band_by_its_spread():
-    history = [100.0, 80.0, 120.0, 100.0, 100.0]  # MAD 0 around 100 but for the two outliers: MAD = 0
-    assert BaselineBand.from_history(history).high_ms == pytest.approx(115.0)
-    wide = [100.0, 80.0, 120.0, 90.0, 110.0]  # MAD 10: 4 x 1.4826 x 10 = 59.3 > 15
+    history = [100.0, 80.0, 120.0, 100.0, 100.0]  # two outliers: the MAD is 0, the band the minimum
+    assert BaselineBand.from_history(history).high_ms == pytest.approx(125.0)
+    wide = [100.0, 80.0, 120.0, 90.0, 110.0]  # MAD 10: 4 x 1.4826 x 10 = 59.3 > 25
     band = BaselineBand.from_history(wide)
     assert (band.low_ms, band.high_ms) == pytest.approx((100 - 59.304, 100 + 59.304))
 
