@@ -3,10 +3,20 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Callable
 
 from optuna.trial import TrialState
 
-from .search.trials import baseline_trial, best_feasible, is_feasible, latency_of, relative_of, speedup_of, was_busy
+from .search.trials import (baseline_trial, best_feasible, disturbed, is_feasible, latency_of, relative_of, speedup_of,
+                            was_busy)
+
+
+def _timing_note(trial) -> str:
+    """What the trial line says of a timing that is not a converged pair (measure/guard.py, measure/paired.py)."""
+    if disturbed(trial):
+        return ", baseline window disturbed (scored against the study's baseline band, not a finalist)"
+    stopped = (trial.user_attrs.get("relative") or {}).get("stopped")
+    return f", timing stopped early ({stopped}: it cannot win)" if stopped else ""
 
 
 def _fmt_s(s: float) -> str:
@@ -17,12 +27,15 @@ def _fmt_s(s: float) -> str:
 class TrialProgress:
     """An Optuna callback that reports each finished trial. Use as a context manager."""
 
-    def __init__(self, n_trials: int | None, timeout: float | None, live: bool, quiet: bool = False):
-        """live: a rich display when stderr is a terminal; quiet (or no terminal): log lines."""
+    def __init__(self, n_trials: int | None, timeout: float | None, live: bool, quiet: bool = False,
+                 clock: Callable[[], float] = time.monotonic):
+        """live: a rich display when stderr is a terminal; quiet (or no terminal): log lines. clock: what the
+        elapsed time and the ETA are read from (a test passes its own)."""
         self.n_trials, self.timeout = n_trials, timeout
         self.live = live and not quiet and sys.stderr.isatty()
         self.done = 0
-        self.start = time.monotonic()
+        self._clock = clock
+        self.start = clock()
         self._progress = None
         self._task = None
 
@@ -59,7 +72,7 @@ class TrialProgress:
         return f"{best_txt} | feasible {feasible}, infeasible {len(done) - feasible}, failed {failed}{busy_txt}"
 
     def _eta(self) -> str:
-        elapsed = time.monotonic() - self.start
+        elapsed = self._clock() - self.start
         if self.n_trials:
             return _fmt_s(elapsed / max(self.done, 1) * (self.n_trials - self.done))
         if self.timeout:
@@ -77,11 +90,12 @@ class TrialProgress:
                 state = ("reused #%d" % trial.user_attrs["reused_from"]) if "reused_from" in trial.user_attrs else (
                     f"{latency_of(trial):.2f} ms" + (f" ({relative_of(trial):.3f} of the baseline)" if relative_of(trial) else "")
                     + f", {'feasible' if is_feasible(trial) else 'infeasible'}"
+                    + _timing_note(trial)
                     + (f", BUSY machine ({trial.user_attrs['load']['other_cores']:.1f} cores used by others)" if was_busy(trial) else ""))
             elif "fail_reason" in trial.user_attrs:
                 state += f": {trial.user_attrs['fail_reason']}"
             elif "known_failure" in trial.user_attrs:
                 state += f": its route failed to build in trial {trial.user_attrs['known_failure']['trial']}, not built again"
             total = f"/{self.n_trials}" if self.n_trials else ""
-            print(f"[{_fmt_s(time.monotonic() - self.start)} ETA {self._eta()}] trial {trial.number} "
+            print(f"[{_fmt_s(self._clock() - self.start)} ETA {self._eta()}] trial {trial.number} "
                   f"({self.done}{total}) {state} | {text}", file=sys.stderr, flush=True)

@@ -31,16 +31,18 @@ _SPAWN = mp.get_context("spawn")  # never fork a process that may hold ONNX Runt
 
 
 class Budget:
-    """Trials left and a deadline, shared by the workers of one run."""
+    """Trials left and a deadline, shared by the workers of one run. clock: wall-clock seconds, the same in
+    every worker process (time.time; a test passes its own)."""
 
-    def __init__(self, n_trials: int | None, timeout: float | None):
+    def __init__(self, n_trials: int | None, timeout: float | None, clock: Callable[[], float] = time.time):
         self._left = _SPAWN.Value("i", -1 if n_trials is None else n_trials)
-        self._deadline = None if timeout is None else time.time() + timeout
+        self._clock = clock
+        self._deadline = None if timeout is None else clock() + timeout
         self._stop = _SPAWN.Event()
 
     def stopped(self) -> bool:
         """A stop was asked or the deadline passed."""
-        return self._stop.is_set() or (self._deadline is not None and time.time() >= self._deadline)
+        return self._stop.is_set() or (self._deadline is not None and self._clock() >= self._deadline)
 
     def take(self) -> bool:
         """Claim one trial; False once the budget is spent, the deadline passed or a stop was asked."""
