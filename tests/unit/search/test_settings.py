@@ -1,0 +1,166 @@
+"""A study's stored settings (tuner.search.settings): what a call gives in stored form, a new study's
+defaults, how a resume merges what is given with what is stored, and the checks that the model, the
+space file and the data are still the study's."""
+import os
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tuner import __version__
+from tuner.errors import UserError
+from tuner.model import model_hash
+from tuner.search.settings import (check_data, check_inputs, file_hash, given_settings, merge_settings, new_settings,
+                                   problem_spec)
+from tuner.space import DEFAULT_SPACE, SPACES_DIR
+
+SMALL = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")
+
+
+def write_model(path, scale: float = 1.0) -> str:
+    """A one-node model (y = x * scale): models that differ in one weight differ in content."""
+    w = numpy_helper.from_array(np.array([scale], np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_model(tmp_path / "m.onnx")
+    shutil.copy(SMALL, tmp_path / "space.yaml")
+    return tmp_path
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"objectives": "speed"}, "--objectives speed: use one of latency,error, latency"),
+    ({"sampler": "bayes"}, "--sampler bayes: use one of tpe, nsga2, gp, random, grid, fast, full, mixed"),
+    ({"timing": "sometimes"}, "--timing sometimes: use one of paired, alone"),
+    ({"model": "nope.onnx"}, "nope.onnx: no such model file"),
+    ({"require": "cos<0.1"}, "requirement 'cos<0.1' does not parse"),
+])
+def test_given_settings_refuse_what_means_nothing(kwargs, message, work):
+    with pytest.raises(UserError) as e:
+        given_settings(**kwargs)
+    assert str(e.value).startswith(message), str(e.value)
+
+
+def test_given_settings_are_stored_normalised_with_absolute_paths(work):
+    given = given_settings(model="m.onnx", space="space.yaml", data="val.npz", calib_data="cal.npz",
+                           shapes=["x=1"], int_ranges=["ids=0:9"], require="cos <= 0.0050 and rel_l2<=1e-2",
+                           objectives="latency", sampler="fast", seed=0, timing="alone")
+    assert given == {"model_path": str(work / "m.onnx"), "model_hash": model_hash(str(work / "m.onnx")),
+                     "space_path": str(work / "space.yaml"), "data": str(work / "val.npz"),
+                     "calib_data": str(work / "cal.npz"), "shapes": ["x=1"], "int_ranges": ["ids=0:9"],
+                     "require": "cos<=0.005,rel_l2<=0.01", "objectives": "latency", "sampler": "fast", "seed": 0,
+                     "timing": "alone"}
+    assert given_settings() == {}  # nothing given: nothing to merge
+    assert given_settings(seed=None, shapes=[], require="") == {}
+
+
+def test_a_new_study_needs_the_model_and_takes_the_defaults(work):
+    with pytest.raises(UserError, match=r"^a new study needs the model: tuner tune MODEL.onnx --study NAME$"):
+        new_settings(given_settings(require="cos<=0.005"))
+    settings = new_settings(given_settings(model="m.onnx"))
+    assert {k: settings[k] for k in ("space_path", "data", "calib_data", "shapes", "int_ranges", "require",
+                                     "objectives", "sampler", "seed", "created_with")} == {
+        "space_path": DEFAULT_SPACE, "data": None, "calib_data": None, "shapes": None, "int_ranges": None,
+        "require": "", "objectives": "latency,error", "sampler": "tpe", "seed": None, "created_with": __version__}
+    assert settings["space_hash"] == file_hash(DEFAULT_SPACE)
+    mine = new_settings(given_settings(model="m.onnx", space="space.yaml", sampler="random"))
+    assert mine["space_path"] == str(work / "space.yaml") and mine["space_hash"] == file_hash("space.yaml")
+    assert mine["sampler"] == "random"
+    spec = problem_spec(mine)
+    assert spec.model_path == str(work / "m.onnx") and spec.space_path == str(work / "space.yaml")
+
+
+def _stored(work) -> dict:
+    return new_settings(given_settings(model="m.onnx", space="space.yaml", require="cos<=0.005", seed=1))
+
+
+def test_a_resume_keeps_what_is_stored_and_refuses_a_different_setting_without_force(work):
+    stored = _stored(work)
+    assert merge_settings("s", stored, {}, force=False) == stored
+    assert merge_settings("s", stored, given_settings(require="cos<=0.005", seed=1), force=False) == stored
+    with pytest.raises(UserError) as e:
+        merge_settings("s", stored, given_settings(require="cos<=0.01"), force=False)
+    assert str(e.value) == ("study 's' was created with require='cos<=0.005', not 'cos<=0.01'; use another --study "
+                            "name, or --force to change the study's settings")
+    with pytest.raises(UserError, match="created with seed=1, not 2"):
+        merge_settings("s", stored, given_settings(seed=2), force=False)
+
+
+def test_force_changes_a_setting_and_a_new_space_file_is_hashed_again(work):
+    stored = _stored(work)
+    merged = merge_settings("s", stored, given_settings(require="cos<=0.01", sampler="random"), force=True)
+    assert merged == stored | {"require": "cos<=0.01", "sampler": "random"}
+    assert stored["require"] == "cos<=0.005"  # the stored dict is not changed in place
+    (work / "other.yaml").write_text(open(SMALL).read() + "# another space\n")
+    merged = merge_settings("s", stored, given_settings(space="other.yaml"), force=True)
+    assert merged["space_path"] == str(work / "other.yaml")
+    assert merged["space_hash"] == file_hash("other.yaml") != stored["space_hash"]
+
+
+def test_another_model_is_refused_even_with_force(work):
+    stored = _stored(work)
+    other = write_model(work / "other.onnx", scale=2.0)
+    for force in (False, True):
+        with pytest.raises(UserError) as e:
+            merge_settings("s", stored, given_settings(model=other), force=force)
+        msg = str(e.value)
+        assert msg.startswith(f"study 's' was made for another model ({work / 'm.onnx'}, model_hash "
+                              f"{stored['model_hash']}; this one is {model_hash(other)})")
+        assert msg.endswith("so --force cannot change it: use a new --study name")
+
+
+def test_the_same_model_moved_elsewhere_is_accepted_and_the_stored_path_kept(work):
+    stored = _stored(work)
+    (work / "moved").mkdir()
+    shutil.copy(work / "m.onnx", work / "moved" / "renamed.onnx")
+    merged = merge_settings("s", stored, given_settings(model="moved/renamed.onnx"), force=False)
+    assert merged == stored  # the model's path is not a setting that differs
+
+
+def test_check_inputs_refuses_a_changed_space_without_force_and_a_changed_model_always(work):
+    stored = _stored(work)
+    check_inputs("s", stored)  # unchanged: no refusal
+    with open("space.yaml", "a") as f:
+        f.write("# edited\n")
+    with pytest.raises(UserError) as e:
+        check_inputs("s", stored)
+    assert str(e.value) == (f"study 's': {work / 'space.yaml'} changed since the study began (space_hash differs); "
+                            "use a new --study name, or --force to continue with the new file")
+    check_inputs("s", stored, force=True)
+    write_model(work / "m.onnx", scale=3.0)
+    for force in (False, True):
+        with pytest.raises(UserError) as e:
+            check_inputs("s", stored, force=force)
+        assert str(e.value) == (f"study 's': {work / 'm.onnx'} changed since the study began (model_hash differs); "
+                                "use a new --study name (--force cannot change a study's model)")
+
+
+def test_check_inputs_says_which_file_is_missing(work):
+    stored = _stored(work)
+    os.remove("space.yaml")
+    with pytest.raises(UserError) as e:
+        check_inputs("s", stored, force=True)
+    assert str(e.value) == (f"study 's': {work / 'space.yaml'} is missing; pass the file again "
+                            "(tuner tune FILE --study s)")
+    os.remove("m.onnx")
+    with pytest.raises(UserError, match=r"m\.onnx is missing"):
+        check_inputs("s", stored, force=True)
+
+
+def test_check_data_refuses_other_data_whatever_the_force():
+    check_data("s", {}, "abc")  # a study made before data hashes were stored
+    check_data("s", {"data_hash": None}, "abc")
+    check_data("s", {"data_hash": "abc"}, "abc")
+    with pytest.raises(UserError) as e:
+        check_data("s", {"data_hash": "abc"}, "def")
+    assert str(e.value).startswith("study 's': the validation data here differ from the study's (data hash def, "
+                                   "the study has abc)")
