@@ -1,7 +1,8 @@
 """One worker process of test_plan_samplers: joins the study and runs its plan sampler until exhausted.
 
-argv: storage kind (optuna|tuner), SQLite path, strategy, start time (epoch seconds: all workers
-begin together), objective sleep in seconds.
+argv: storage kind (optuna|tuner), SQLite path, strategy, barrier folder and worker count (each worker
+writes a file there and begins once all have: they start together however slowly each one imports),
+objective sleep in seconds.
 """
 from __future__ import annotations
 
@@ -26,12 +27,16 @@ def storage(kind: str, path: str) -> optuna.storages.BaseStorage:
 
 
 def main() -> None:
-    kind, path, strategy, start, sleep_s = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+    kind, path, strategy, barrier, workers, sleep_s = (sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4],
+                                                       int(sys.argv[5]), float(sys.argv[6]))
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     params = parallel_params(strategy)
     sampler = make_plan_sampler(strategy, params, defaults={"keep_float/top_k": 3})
     study = optuna.load_study(study_name="p", storage=storage(kind, path), sampler=sampler)
-    time.sleep(max(0.0, start - time.time()))
+    open(os.path.join(barrier, str(os.getpid())), "w").close()
+    deadline = time.monotonic() + 240
+    while len(os.listdir(barrier)) < workers and time.monotonic() < deadline:
+        time.sleep(0.01)
     objective = synthetic_objective(space_of(params), sleep_s)
 
     def tagged(trial: optuna.Trial) -> float:

@@ -152,7 +152,13 @@ def test_mixed_gives_way_to_a_queued_retry(tmp_path):
     import threading
 
     params = conditional_params()
-    sampler = MixedSampler(params, defaults=DEFAULTS, poll_s=0.01, wait_s=30)
+    waiting_now = threading.Event()
+
+    def sleep(seconds: float) -> None:  # the sampler waits for the running fast trial: now it may fail
+        waiting_now.set()
+        time.sleep(seconds)
+
+    sampler = MixedSampler(params, defaults=DEFAULTS, poll_s=0.01, wait_s=60, sleep=sleep)
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/s.db", sampler=sampler)
     trials = [study.ask() for _ in plans_fast(params)]
     for t in trials[:-1]:
@@ -160,7 +166,7 @@ def test_mixed_gives_way_to_a_queued_retry(tmp_path):
     last = trials[-1]
 
     def fail_and_retry() -> None:
-        time.sleep(0.3)
+        assert waiting_now.wait(60)
         frozen = study.tell(last, state=optuna.trial.TrialState.FAIL)
         optuna.storages.RetryHeartbeatStaleTrialCallback()(study, study._storage.get_trial(frozen._trial_id))
 
@@ -214,8 +220,9 @@ def test_workers_never_take_the_same_plan(tmp_path, kind, strategy, workers):
     # trial 0: the baseline, enqueued and run before the workers start (as `tuner tune` does)
     study.enqueue_trial(trial_params(space_of(params), defaults_chooser(), []))
     study.optimize(synthetic_objective(space_of(params)), n_trials=1)
-    start = time.time() + 3.0
-    procs = [subprocess.Popen([sys.executable, WORKER, kind, str(path), strategy, str(start), "0.005"],
+    barrier = tmp_path / "barrier"  # every worker waits there until all have joined the study
+    barrier.mkdir()
+    procs = [subprocess.Popen([sys.executable, WORKER, kind, str(path), strategy, str(barrier), str(workers), "0.005"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(workers)]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outputs
