@@ -15,3 +15,12 @@ def test_requirement_parses_several():
     r = Requirement.parse("cos<=0.005,rel_l2<=0.01")
     assert [b.metric for b in r.bounds] == ["cos", "rel_l2"]
     assert r.holds({"cos": 0.001, "rel_l2": 0.001}) and not r.holds({"cos": 0.01, "rel_l2": 0.001})
+
+
+def test_violations_are_value_minus_limit_and_the_limit_itself_holds():
+    r = Requirement.parse("cos<=0.005, snr_db<=-40")
+    assert str(r) == "cos<=0.005,snr_db<=-40" and r.primary_metric == "cos"
+    assert r.violations({"cos": 0.007, "snr_db": -45.0}) == pytest.approx({"cos<=0.005": 0.002, "snr_db<=-40": -5.0})
+    assert r.holds({"cos": 0.005, "snr_db": -40.0})  # at the limit: feasible (Optuna's value <= 0)
+    assert not r.holds({"cos": 0.0050001, "snr_db": -41.0})
+    assert not r.holds({"cos": 0.001, "snr_db": -39.9})
