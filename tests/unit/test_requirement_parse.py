@@ -5,10 +5,17 @@ from tuner.errors import UserError
 from tuner.measure.requirement import Requirement
 
 
-@pytest.mark.parametrize("text", ["cos<0.1", "nosuch<=1", "cos<=abc", "module_without_fn<=1"])
-def test_bad_requirement_refused(text):
-    with pytest.raises(UserError):
+@pytest.mark.parametrize("text, message", [
+    ("cos<0.1", "requirement 'cos<0.1' does not parse; write METRIC<=LIMIT"),
+    ("nosuch<=1", "requirement 'nosuch<=1': unknown metric 'nosuch'; known: cos,"),
+    ("cos<=abc", "requirement 'cos<=abc' does not parse"),
+    ("module_without_fn<=1", "requirement 'module_without_fn<=1': unknown metric 'module_without_fn'"),
+    ("os:no_such_fn<=1", "metric 'os:no_such_fn': cannot import it (module 'os' has no attribute 'no_such_fn')"),
+])
+def test_bad_requirement_refused(text, message):
+    with pytest.raises(UserError) as e:
         Requirement.parse(text)
+    assert str(e.value).startswith(message), str(e.value)
 
 
 def test_requirement_parses_several():
