@@ -214,7 +214,10 @@ def _refused_port():
 @pytest.mark.parametrize("command", [["status", "--study", "x"], ["worker", "--study", "x"],
                                      ["tune", "MODEL", "--study", "x", "--n-trials", "1", "--shape", "x=2x64x256"]])
 def test_unreachable_server_is_one_line(work, command):
-    pytest.importorskip("psycopg")
+    if REQUIRED:
+        import psycopg  # noqa: F401  where PostgreSQL is required, a missing driver fails here
+    else:
+        pytest.importorskip("psycopg", reason='pip install -e ".[postgres]"')
     port = _refused_port()
     url = f"postgresql+psycopg://u:p@127.0.0.1:{port}/db"
     command = [str(work / "demo.onnx") if a == "MODEL" else a for a in command]

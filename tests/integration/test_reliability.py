@@ -167,7 +167,7 @@ def test_kill_9_then_resume_loses_nothing(work, demo_path):
         if "retry_of" in trials[n].user_attrs:  # a retry killed again: its config was tried once more already
             assert retries == [], retries
         else:  # (a trial killed before it chose its config has no params: its retry chooses afresh)
-            assert len(retries) == 1 and retries[0].params == (trials[n].params or retries[0].params)
+            assert len(retries) == 1 and (not trials[n].params or retries[0].params == trials[n].params)
     assert any("retry_of" not in trials[n].user_attrs for n in killed_at)  # round 0 killed a first attempt
 
 
