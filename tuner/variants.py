@@ -1,0 +1,136 @@
+"""Route variants: before layers are ranked, the all-quantized engine of each accuracy-relevant option set
+of a quantizing route (NNCF model type, SmoothQuant, preset, overflow fix; ONNX Runtime per-channel,
+reduce-range, op types, calibration method), each with its error and a quick latency, and the variant
+the layers are then ranked for.
+
+The option sets come from the backend (`route_variants(route, attention)`), are kept where the space
+offers them (a variant the study's trials cannot build is left out), and carry the backend's settings
+for the float parts of a quantized engine where the device has them (`quantized_float`: OpenVINO's bf16
+inference precision). Each build goes through the isolated evaluator; one that fails is a row with its
+reason, never the end of the analysis. Measured rows are cached as they come (per model, data, route and
+variant list), so a killed analysis loses at most one build.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict
+from typing import Callable
+
+from . import cache
+from .attention import has_attention
+from .backends.base import backend_versions, get_backend
+from .evaluate import Evaluator
+from .isolate import TrialFailure
+from .measure.latency import LatencyProtocol
+from .problem import Problem
+from .sensitivity import fp32_config, route_setup
+from .space import BACKEND, ROUTE_KEY, LayerOverride, override_active
+
+# A variant more than this much slower (quick latency) than the fastest one is "clearly slower": its
+# lower error does not make it the one to rank layers for. Generous: the variants of a route differ by
+# 5-15% in speed, and a quick latency on a shared 2-core machine can read 1.5x high (a demo encoder's
+# five OpenVINO variants read 4.1-11.4 ms there), while a variant with the lower error is what keeps
+# the float set small.
+CLEARLY_SLOWER = 1.25
+# The quick latency of each variant and of the fp32 engine: a few more runs than the ranking's QUICK
+# (a handful of builds; the figures choose the variant and may skip the ranking).
+TIMING = LatencyProtocol(warmup=3, min_runs=10, max_runs=40, max_seconds=1.0)
+
+
+def variant_setups(problem: Problem, override: LayerOverride, route: str, backend: str | None,
+                   values: dict) -> list[dict]:
+    """The route's variants as this space can build them: [{"options", "config", "layers"}], the space's
+    defaults first. options: the route options the variants vary (config keys, each variant's value);
+    config: the all-quantized build (layers in float: none); layers: whether the space lets layers stay in
+    float under it (the override's `when` and `unless`). values: --set values (by parameter name), which
+    fix what they name: a variant that sets another value is left out."""
+    base, _ = route_setup(problem, route, backend, values)
+    be = get_backend(base.get(BACKEND) or problem.space.backends[0])
+    wanted = list(getattr(be, "route_variants", lambda r, a: [{}])(base[ROUTE_KEY], has_attention(problem.model.proto)))
+    varied = sorted({k for w in wanted for k in w})
+    extra = getattr(be, "quantized_float", {})
+    out, seen = [], set()
+    for w in wanted or [{}]:
+        config, names = route_setup(problem, base[ROUTE_KEY], base.get(BACKEND), values, extra | w)
+        if any(config.get(k) != v for k, v in w.items()):
+            continue  # the space does not offer it (or --set fixed another value): no trial could build it
+        options = {k: config[k] for k in varied if k in config}
+        key = json.dumps(options, sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append({"options": options, "config": config | {override.key: []},
+                    "layers": override_active(override, names)})
+    return out
+
+
+def float_settings(setups: list[dict], problem: Problem) -> dict:
+    """The backend's settings for float parts that the variants' configs carry (e.g. inference_precision bf16)."""
+    if not setups:
+        return {}
+    config = setups[0]["config"]
+    extra = getattr(get_backend(config.get(BACKEND) or problem.space.backends[0]), "quantized_float", {})
+    return {k: v for k, v in extra.items() if config.get(k) == v}
+
+
+def _key(problem: Problem, setups: list[dict]) -> str:
+    first = setups[0]["config"]
+    payload = {"model": problem.model_hash, "data": problem.data_hash, "metric": problem.requirement.primary_metric,
+               "configs": [s["config"] for s in setups], "protocol": asdict(TIMING),
+               "versions": backend_versions([first.get(BACKEND) or problem.space.backends[0]])}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def measure_variants(problem: Problem, setups: list[dict], evaluator: Evaluator,
+                     on_progress: Callable[[str], None] = lambda s: None) -> dict:
+    """Build the fp32 engine and every variant all-quantized: {"fp32_ms", "rows", "builds", "seconds",
+    "cached"}; each row {"options", "layers", "error", "ms", "feasible"} or {"options", "layers", "failed"}.
+    Cached row by row: a rerun builds only what is missing."""
+    name = f"variants-{_key(problem, setups)}.json"
+    stored = cache.read_json(name) or {}
+    started = time.perf_counter()
+    metric = problem.requirement.primary_metric
+    builds = 0
+    fp32_ms = stored.get("fp32_ms")
+    if fp32_ms is None:
+        on_progress("variants: the fp32 engine")
+        builds += 1
+        try:
+            fp32_ms = evaluator.accuracy(fp32_config(setups[0]["config"]), TIMING)["median_ms"]
+        except TrialFailure:
+            fp32_ms = None  # the float engine's speed is then unknown; the variants still rank
+        stored["fp32_ms"] = fp32_ms
+    rows = stored.setdefault("rows", {})
+    for i, s in enumerate(setups):
+        key = json.dumps(s["options"], sort_keys=True, default=str)
+        if key not in rows:
+            on_progress(f"variants {i + 1}/{len(setups)}: {describe(s['options']) or 'the space defaults'}")
+            builds += 1
+            try:
+                got = evaluator.accuracy(s["config"], TIMING)
+                rows[key] = {"error": float(got["metrics"][metric]), "ms": got["median_ms"], "feasible": got["feasible"]}
+            except TrialFailure as exc:
+                rows[key] = {"failed": str(exc)}
+            cache.write_json(name, stored)
+    return {"fp32_ms": fp32_ms, "rows": [{"options": s["options"], "layers": s["layers"]}
+                                         | rows[json.dumps(s["options"], sort_keys=True, default=str)] for s in setups],
+            "builds": builds, "seconds": round(time.perf_counter() - started, 1), "cached": builds == 0}
+
+
+def choose(rows: list[dict], slower: float = CLEARLY_SLOWER) -> int | None:
+    """The row to rank layers for: among the built rows that keep layers in float, the lowest error among
+    those not clearly slower than the fastest of them (quick latency within `slower` x); ties by the
+    order of the rows (the space's defaults first, then one option changed at a time). None: no such row."""
+    built = [i for i, r in enumerate(rows) if "failed" not in r and r.get("layers", True)]
+    if not built:
+        return None
+    times = [rows[i]["ms"] for i in built if rows[i].get("ms") is not None]
+    fastest = min(times) if times else None
+    near = [i for i in built if fastest is None or rows[i].get("ms") is None or rows[i]["ms"] <= slower * fastest]
+    return min(near, key=lambda i: (rows[i]["error"], i))
+
+
+def describe(options: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in options.items())
