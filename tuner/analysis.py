@@ -5,8 +5,8 @@ the ranking names its variant, and the keep-in-float search exists only under it
 
 A route whose every variant fails to build is dropped with one note, and the study goes on with the rest.
 No layer is ranked where it would not pay: when the chosen variant meets the requirement with every layer
-quantized (its greedy set is empty), or when every variant is clearly slower than the fp32 engine (quick
-latencies: keeping layers in float only adds float work to an engine already slower than float)."""
+quantized (its greedy set is empty), or when every variant is clearly slower than the fp32 engine (timed
+in turn with it: keeping layers in float only adds float work to an engine already slower than float)."""
 from __future__ import annotations
 
 import hashlib
@@ -21,15 +21,15 @@ from .isolate import TrialFailure
 from .problem import Problem
 from .report.variants import variant_lines
 from .sensitivity import DEFAULT_BUDGET, progress_printer, ranking_for_study
-from .space import BACKEND, ROUTE_KEY, LayerOverride, effective_encoding, layer_candidates
+from .space import ROUTE_KEY, LayerOverride, effective_encoding, layer_candidates
 from .variants import choose, float_settings, measure_variants, variant_setups
 
 
-# No layer is ranked for a route whose fastest variant, every layer quantized, reads this much slower than
-# the fp32 engine (quick latencies): keeping layers in float only adds float work to it. A wide margin,
-# as quick latencies on a shared machine can read 1.5x high; OpenVINO's int8 on an AVX2 CPU without VNNI
-# ran at 0.58x its fp32 (bench/README.md), the case this skips.
-NOT_FASTER = 1.5
+# No layer is ranked for a route whose fastest variant, every layer quantized, runs this much slower than
+# the fp32 engine (timed in turn in one job: tuner.variants): keeping layers in float mostly adds float work
+# and conversions to it. A margin, as a few layers could still gain where the rest lose; OpenVINO's int8 on
+# an AVX2 CPU without VNNI ran 1.7x slower than its fp32 (0.58x, bench/README.md), the case this skips.
+NOT_FASTER = 1.2
 
 
 def _without_layers(override: LayerOverride, config: dict, common: dict, **why) -> dict:
@@ -51,11 +51,11 @@ def override_ranking(problem: Problem, override: LayerOverride, evaluator: Evalu
     pick = choose(rows)
     for i, row in enumerate(rows):
         row["chosen"] = i == pick
-    common = {"metric": problem.requirement.primary_metric, "variants": rows, "fp32_ms": measured["fp32_ms"],
+    common = {"backend": backend, "metric": problem.requirement.primary_metric, "variants": rows, "fp32_ms": measured["fp32_ms"],
               "settings": float_settings(setups, problem), "analysis_builds": measured["builds"],
               "analysis_s": measured["seconds"]}
     first = {k: v for k, v in setups[0]["config"].items() if k != override.key}
-    label = " ".join(str(first[k]) for k in (BACKEND, ROUTE_KEY) if k in first)
+    label = f"{backend} {first[ROUTE_KEY]}"
     if pick is None:
         failed = [r["failed"] for r in rows if "failed" in r]
         reason = failed[0] if failed else "no variant lets a layer stay in float"
@@ -67,11 +67,11 @@ def override_ranking(problem: Problem, override: LayerOverride, evaluator: Evalu
     if chosen["feasible"]:
         return _without_layers(override, config, common, greedy_feasible=True, variant=chosen["options"],
                                skipped=f"every layer quantized meets the requirement ({metric} {chosen['error']:.4g})")
-    fastest = min((r["ms"] for r in rows if r.get("layers") and r.get("ms")), default=None)
-    if fp32_ms and fastest and fastest > NOT_FASTER * fp32_ms:
+    fastest = min((r["ratio"] for r in rows if r.get("layers") and r.get("ratio")), default=None)
+    if fastest and fastest > NOT_FASTER:
         return _without_layers(override, config, common, greedy_feasible=False, variant=chosen["options"],
-                               skipped=f"its fastest variant all-quantized ({fastest:.2f} ms) is {fastest / fp32_ms:.1f}x "
-                                       f"the fp32 engine's quick latency ({fp32_ms:.2f} ms): no float set would be faster")
+                               skipped=f"its fastest variant, every layer quantized, runs at {fastest:.2f}x the fp32 "
+                                       "engine's latency (timed in turn): keeping layers in float would not make it faster")
     left = None if budget is None else budget - measured["builds"]
     if left is not None and left < 4:
         return _without_layers(override, config, common, greedy_feasible=False, variant=chosen["options"],

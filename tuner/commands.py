@@ -216,7 +216,7 @@ def _sensitivity_variant(problem, route: dict, override, values: dict, evaluator
     rows, pick = measured["rows"], choose(measured["rows"])
     for i, row in enumerate(rows):
         row["chosen"] = i == pick
-    shown = {"variants": rows, "route": route, "fp32_ms": measured["fp32_ms"], "metric": problem.requirement.primary_metric,
+    shown = {"variants": rows, "route": route, "backend": route.get("backend") or problem.space.backends[0], "fp32_ms": measured["fp32_ms"], "metric": problem.requirement.primary_metric,
              "settings": float_settings(setups, problem)}
     print("\r" + "\n".join(variant_lines(override.name, shown, outcome=False)))
     if pick is None:

@@ -6,8 +6,9 @@ the layers are then ranked for.
 The option sets come from the backend (`route_variants(route, attention)`), are kept where the space
 offers them (a variant the study's trials cannot build is left out), and carry the backend's settings
 for the float parts of a quantized engine where the device has them (`quantized_float`: OpenVINO's bf16
-inference precision). Each build goes through the isolated evaluator; one that fails is a row with its
-reason, never the end of the analysis. Measured rows are cached as they come (per model, data, route and
+inference precision). Each build goes through the isolated evaluator and is timed in turn with the fp32
+engine (its ratio chooses the variant); one that fails is a row with its reason, never the end of the
+analysis. Measured rows are cached as they come (per model, data, route and
 variant list), so a killed analysis loses at most one build.
 """
 from __future__ import annotations
@@ -28,15 +29,15 @@ from .problem import Problem
 from .sensitivity import fp32_config, route_setup
 from .space import BACKEND, ROUTE_KEY, LayerOverride, override_active
 
-# A variant more than this much slower (quick latency) than the fastest one is "clearly slower": its
-# lower error does not make it the one to rank layers for. Generous: the variants of a route differ by
-# 5-15% in speed, and a quick latency on a shared 2-core machine can read 1.5x high (a demo encoder's
-# five OpenVINO variants read 4.1-11.4 ms there), while a variant with the lower error is what keeps
-# the float set small.
+# A variant more than this much slower than the fastest one is "clearly slower": its lower error does not
+# make it the one to rank layers for. Generous, as the variants of a route differ by 5-15% in speed, and a
+# variant with the lower error is what keeps the float set small.
 CLEARLY_SLOWER = 1.25
-# The quick latency of each variant and of the fp32 engine: a few more runs than the ranking's QUICK
-# (a handful of builds; the figures choose the variant and may skip the ranking).
-TIMING = LatencyProtocol(warmup=3, min_runs=10, max_runs=40, max_seconds=1.0)
+# Each variant is timed in turn with the fp32 engine, built in the same job (paired, as trials are timed):
+# its ratio to fp32 holds where its milliseconds do not. Timed alone right after NNCF's calibration, the
+# demo encoder's int8 read 1.6-1.9x its fp32 (3.2-3.7 ms against 2.0 ms), while its trial, timed paired,
+# read 0.79x. A few rounds of blocks, about a second per variant.
+TIMING = LatencyProtocol(warmup=3, min_runs=10, max_runs=200, max_seconds=1.5, rel_ci=0.03)
 
 
 def variant_setups(problem: Problem, override: LayerOverride, route: str, backend: str | None,
@@ -85,23 +86,16 @@ def _key(problem: Problem, setups: list[dict]) -> str:
 
 def measure_variants(problem: Problem, setups: list[dict], evaluator: Evaluator,
                      on_progress: Callable[[str], None] = lambda s: None) -> dict:
-    """Build the fp32 engine and every variant all-quantized: {"fp32_ms", "rows", "builds", "seconds",
-    "cached"}; each row {"options", "layers", "error", "ms", "feasible"} or {"options", "layers", "failed"}.
-    Cached row by row: a rerun builds only what is missing."""
+    """Build every variant all-quantized and time it in turn with the fp32 engine: {"fp32_ms", "rows",
+    "builds", "seconds", "cached"}; each row {"options", "layers", "error", "ratio" (latency over the fp32
+    engine's in the same window), "ms", "feasible"} or {"options", "layers", "failed"}. Cached row by row:
+    a rerun builds only what is missing."""
     name = f"variants-{_key(problem, setups)}.json"
     stored = cache.read_json(name) or {}
     started = time.perf_counter()
     metric = problem.requirement.primary_metric
+    fp32 = fp32_config(setups[0]["config"])
     builds = 0
-    fp32_ms = stored.get("fp32_ms")
-    if fp32_ms is None:
-        on_progress("variants: the fp32 engine")
-        builds += 1
-        try:
-            fp32_ms = evaluator.accuracy(fp32_config(setups[0]["config"]), TIMING)["median_ms"]
-        except TrialFailure:
-            fp32_ms = None  # the float engine's speed is then unknown; the variants still rank
-        stored["fp32_ms"] = fp32_ms
     rows = stored.setdefault("rows", {})
     for i, s in enumerate(setups):
         key = json.dumps(s["options"], sort_keys=True, default=str)
@@ -109,26 +103,33 @@ def measure_variants(problem: Problem, setups: list[dict], evaluator: Evaluator,
             on_progress(f"variants {i + 1}/{len(setups)}: {describe(s['options']) or 'the space defaults'}")
             builds += 1
             try:
-                got = evaluator.accuracy(s["config"], TIMING)
-                rows[key] = {"error": float(got["metrics"][metric]), "ms": got["median_ms"], "feasible": got["feasible"]}
+                got = evaluator.accuracy(s["config"], TIMING, baseline=fp32)
+                rows[key] = {"error": float(got["metrics"][metric]), "ratio": got["ratio"], "ms": got["median_ms"],
+                             "fp32_ms": got["baseline_ms"], "feasible": got["feasible"]}
             except TrialFailure as exc:
                 rows[key] = {"failed": str(exc)}
             cache.write_json(name, stored)
-    return {"fp32_ms": fp32_ms, "rows": [{"options": s["options"], "layers": s["layers"]}
-                                         | rows[json.dumps(s["options"], sort_keys=True, default=str)] for s in setups],
-            "builds": builds, "seconds": round(time.perf_counter() - started, 1), "cached": builds == 0}
+    out = [{"options": s["options"], "layers": s["layers"]} | rows[json.dumps(s["options"], sort_keys=True, default=str)]
+           for s in setups]
+    fp32_ms = sorted(r["fp32_ms"] for r in out if r.get("fp32_ms"))
+    return {"fp32_ms": fp32_ms[len(fp32_ms) // 2] if fp32_ms else None, "rows": out, "builds": builds,
+            "seconds": round(time.perf_counter() - started, 1), "cached": builds == 0}
 
 
 def choose(rows: list[dict], slower: float = CLEARLY_SLOWER) -> int | None:
     """The row to rank layers for: among the built rows that keep layers in float, the lowest error among
-    those not clearly slower than the fastest of them (quick latency within `slower` x); ties by the
-    order of the rows (the space's defaults first, then one option changed at a time). None: no such row."""
+    those not clearly slower than the fastest of them (ratio to fp32, or ms, within `slower` x); ties by
+    the order of the rows (the space's defaults first, then one option changed at a time). None: no such row."""
     built = [i for i, r in enumerate(rows) if "failed" not in r and r.get("layers", True)]
     if not built:
         return None
-    times = [rows[i]["ms"] for i in built if rows[i].get("ms") is not None]
+
+    def speed(r: dict) -> float | None:
+        return r.get("ratio") or r.get("ms")
+
+    times = [speed(rows[i]) for i in built if speed(rows[i]) is not None]
     fastest = min(times) if times else None
-    near = [i for i in built if fastest is None or rows[i].get("ms") is None or rows[i]["ms"] <= slower * fastest]
+    near = [i for i in built if fastest is None or speed(rows[i]) is None or speed(rows[i]) <= slower * fastest]
     return min(near, key=lambda i: (rows[i]["error"], i))
 
 

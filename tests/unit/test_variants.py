@@ -67,6 +67,10 @@ def test_choose_takes_the_lowest_error_among_those_not_clearly_slower():
     assert choose([{"options": {}, "layers": True, "error": 0.1, "ms": 5.0},
                    {"options": {"a": 1}, "layers": True, "error": 0.1, "ms": 4.0}]) == 0  # a tie: the earlier row
     assert choose([rows[3], rows[4]]) is None  # nothing built that may keep layers in float
+    # timed in turn with the fp32 engine, the ratio decides what is clearly slower, not the milliseconds
+    paired = [{"options": {}, "layers": True, "error": 0.5, "ms": 2.0, "ratio": 0.70},
+              {"options": {"t": 1}, "layers": True, "error": 0.1, "ms": 3.5, "ratio": 0.80}]
+    assert choose(paired) == 1
 
 
 OV_SPACE = """\
@@ -143,13 +147,14 @@ def test_the_table_names_the_chosen_variant_and_what_came_of_it():
         "metric": "cos", "fp32_ms": 4.0, "settings": {"inference_precision": "bf16"},
         "route": {"backend": "openvino", "precision": "int8"},
         "variants": [{"options": {"int8_model_type": "none"}, "layers": True, "error": 0.9, "ms": 3.0, "chosen": False},
-                     {"options": VARIANT, "layers": True, "error": 0.02, "ms": 3.1, "chosen": True},
+                     {"options": VARIANT, "layers": True, "error": 0.02, "ms": 3.1, "ratio": 0.78, "chosen": True},
                      {"options": {"int8_smooth_quant": True}, "layers": False, "error": 0.001, "ms": 3.0, "chosen": False},
                      {"options": {"int8_preset": "x"}, "layers": True, "failed": "ValueError: no", "chosen": False}]}
     lines = variant_lines("keep_float", ranking)
     assert lines[0].startswith("route variants of openvino int8 (keep_float)") and "inference_precision=bf16" in lines[0]
     assert "fp32 engine 4.00 ms" in lines[0]
-    assert "cos 0.02, 3.10 ms  (chosen)" in lines[2] and "no layer kept in float under it" in lines[3]
+    assert "cos 0.02, 0.78x the fp32 engine (3.10 ms)  (chosen)" in lines[2] and "cos 0.9, 3.00 ms" in lines[1]
+    assert "no layer kept in float under it" in lines[3]
     assert "does not build (ValueError: no)" in lines[4]
     assert lines[5].strip() == "layers ranked for the chosen variant; greedy float set: 2 candidates ['m0', 'm1']"
     assert variant_lines("keep_float", {"order": []}) == []  # a ranking stored before variants

@@ -9,10 +9,13 @@ def _options(options: dict) -> str:
 
 
 def row_text(row: dict, metric: str) -> str:
-    """One variant: its options, then its error and quick latency (or why it did not build)."""
+    """One variant: its options, then its error and quick latency, over the fp32 engine's where it was
+    timed in turn with it (or why it did not build)."""
     if "failed" in row:
         return f"{_options(row['options'])}: does not build ({row['failed']})"
     ms = f", {row['ms']:.2f} ms" if row.get("ms") is not None else ""
+    if row.get("ratio"):
+        ms = f", {row['ratio']:.2f}x the fp32 engine ({row['ms']:.2f} ms)"
     tags = (["chosen"] if row.get("chosen") else []) + ([] if row.get("layers", True) else ["no layer kept in float under it"])
     return f"{_options(row['options'])}: {metric} {row['error']:.4g}{ms}" + (f"  ({'; '.join(tags)})" if tags else "")
 
@@ -37,11 +40,11 @@ def variant_lines(name: str, ranking: dict, outcome: bool = True) -> list[str]:
     if not rows:
         return []
     route = ranking.get("route") or {}
-    label = " ".join(str(route[k]) for k in ("backend", "precision") if k in route)
+    label = " ".join(str(v) for v in (route.get("backend") or ranking.get("backend"), route.get("precision")) if v)
     fp32 = f"; fp32 engine {ranking['fp32_ms']:.2f} ms" if ranking.get("fp32_ms") else ""
     settings = ", ".join(f"{k}={v}" for k, v in (ranking.get("settings") or {}).items())
     out = [f"route variants of {label} ({name}), every layer quantized{f', with {settings}' if settings else ''}"
-           f" (error, quick latency{fp32}):"]
+           f" (error, latency timed in turn with the fp32 engine{fp32}):"]
     out += [f"  {row_text(r, ranking.get('metric', 'error'))}" for r in rows]
     if outcome:
         out.append(f"  {ranking_outcome(ranking)}")
