@@ -66,6 +66,8 @@ def test_choose_takes_the_lowest_error_among_those_not_clearly_slower():
     assert choose(rows, slower=3.0) == 2
     assert choose([{"options": {}, "layers": True, "error": 0.1, "ms": 5.0},
                    {"options": {"a": 1}, "layers": True, "error": 0.1, "ms": 4.0}]) == 0  # a tie: the earlier row
+    assert choose([{"options": {}, "layers": True, "error": 0.1010, "ms": 5.0},
+                   {"options": {"a": 1}, "layers": True, "error": 0.1000, "ms": 4.0}]) == 0  # within 2%: the same
     assert choose([rows[3], rows[4]]) is None  # nothing built that may keep layers in float
     # timed in turn with the fp32 engine, the ratio decides what is clearly slower, not the milliseconds
     paired = [{"options": {}, "layers": True, "error": 0.5, "ms": 2.0, "ratio": 0.70},
