@@ -63,7 +63,7 @@ def override_ranking(problem: Problem, override: LayerOverride, evaluator: Evalu
                                dropped=f"{label} does not build on this model ({reason}): dropped from the analysis; "
                                        "its trials fail once and the study learns it, the other routes go on")
     chosen, config = rows[pick], {k: v for k, v in setups[pick]["config"].items() if k != override.key}
-    metric, fp32_ms = common["metric"], measured["fp32_ms"]
+    metric = common["metric"]
     if chosen["feasible"]:
         return _without_layers(override, config, common, greedy_feasible=True, variant=chosen["options"],
                                skipped=f"every layer quantized meets the requirement ({metric} {chosen['error']:.4g})")
@@ -78,8 +78,7 @@ def override_ranking(problem: Problem, override: LayerOverride, evaluator: Evalu
                                skipped=f"the variants took the analysis budget ({budget} builds; --sensitivity-budget)")
     try:
         ranking = ranking_for_study(problem, config, override, evaluator, on_progress, left,
-                                    known={"fp32_ms": fp32_ms, "error_all_quantized": chosen["error"]}
-                                    if fp32_ms else None)
+                                    known={"error_all_quantized": chosen["error"]})
     except (UserError, TrialFailure) as exc:  # a build of the ranking failed: the variant itself still builds
         return _without_layers(override, config, common, greedy_feasible=False, variant=chosen["options"],
                                skipped=f"a build of the ranking failed ({exc}); every layer stays quantized")

@@ -180,10 +180,12 @@ def analyze(problem: Problem, route_config: dict, override: LayerOverride, evalu
     """The sensitivity table of `route_config` (precision and its options), most sensitive first.
     With a budget (builds) too small to rank every candidate, groups are ranked first, then the
     candidates inside the most sensitive groups while the budget lasts; the rest keep their group's
-    figures and place. known: {"fp32_ms", "error_all_quantized"} measured already (the variant stage,
-    tuner.variants): those two builds are not made again."""
+    figures and place. known: "fp32_ms" and/or "error_all_quantized" measured already (the error by the
+    variant stage, tuner.variants): those builds are not made again. The fp32 latency the gains are taken
+    from should be timed as the candidates' are (alone, QUICK), so the variant stage's paired figure is not one."""
     candidates = layer_candidates(override, problem.graph_nodes)
-    base = 0 if known else 2
+    known = known or {}
+    base = 2 - sum(k in known for k in ("fp32_ms", "error_all_quantized"))
     key = table_key(problem, route_config, candidates, budget, base)
     name = f"sensitivity-{key}.json"
     table = cache.read_json(name)
@@ -194,10 +196,9 @@ def analyze(problem: Problem, route_config: dict, override: LayerOverride, evalu
     metric = problem.requirement.primary_metric
     all_nodes = sorted(n for nodes in candidates.values() for n in nodes)
     shares = evaluator.node_times(_backend(problem, route_config))
-    if known:
-        fp32_ms, err_all = known["fp32_ms"], known["error_all_quantized"]
-    else:
-        fp32_ms = _measure(evaluator, fp32_config(route_config), QUICK)["median_ms"]
+    fp32_ms = known.get("fp32_ms") or _measure(evaluator, fp32_config(route_config), QUICK)["median_ms"]
+    err_all = known.get("error_all_quantized")
+    if err_all is None:
         err_all = _measure(evaluator, route_config | {override.key: []})["metrics"][metric]
     args = (problem, route_config, override, evaluator)
     if budget is None or _full_cost(candidates, base) <= budget:
