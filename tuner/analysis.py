@@ -61,7 +61,7 @@ def override_ranking(problem: Problem, override: LayerOverride, evaluator: Evalu
         reason = failed[0] if failed else "no variant lets a layer stay in float"
         return _without_layers(override, first, common, greedy_feasible=False, variant=rows[0]["options"],
                                dropped=f"{label} does not build on this model ({reason}): dropped from the analysis; "
-                                       "its trials fail once and the study learns it, the other routes go on")
+                                       "its trials fail and the study learns their route, the other routes go on")
     chosen, config = rows[pick], {k: v for k, v in setups[pick]["config"].items() if k != override.key}
     metric = common["metric"]
     if chosen["feasible"]:
