@@ -162,3 +162,32 @@ def test_the_table_names_the_chosen_variant_and_what_came_of_it():
     assert variant_lines("keep_float", {"order": []}) == []  # a ranking stored before variants
     skipped = variant_lines("keep_float", ranking | {"skipped": "every layer quantized meets the requirement"})
     assert skipped[-1].strip() == "layers not ranked: every layer quantized meets the requirement"
+
+
+def test_the_variants_are_those_the_space_offers_with_bf16_float_parts_only_where_the_cpu_has_it(tmp_path,
+                                                                                                  masked_attention_path):
+    pytest.importorskip("openvino")
+    from tuner.problem import load_problem
+    from tuner.variants import float_settings, variant_setups
+
+    def setups(text, values=None):
+        (tmp_path / "s.yaml").write_text(text)
+        problem = load_problem(masked_attention_path, str(tmp_path / "s.yaml"), shapes=["x=2x16x32", "mask=2x16"],
+                               int_ranges=["mask=0:2"])
+        out = variant_setups(problem, problem.space.overrides[0], "int8", None, values or {})
+        return problem, out
+
+    problem, got = setups(OV_SPACE)  # loading adapts inference_precision to this CPU (no build)
+    offers_bf16 = "bf16" in problem.space.param("inference_precision").choices
+    assert float_settings(got, problem) == ({"inference_precision": "bf16"} if offers_bf16 else {})
+    assert got[0]["options"] == {"int8_model_type": "none", "int8_preset": "performance"}  # the space's defaults first
+    kinds = [(s["options"]["int8_model_type"], s["options"].get("int8_smooth_quant"), s["layers"]) for s in got]
+    # attention: TRANSFORMER variants with SmoothQuant off, one with it on, under which no layer stays in float
+    # (the overflow-fix variant is left out: this space has no int8_overflow_fix for a trial to set)
+    assert kinds == [("none", None, True), ("transformer", False, True), ("transformer", False, True),
+                     ("transformer", True, False)]
+    assert all(s["config"]["keep_float"] == [] and s["config"]["precision"] == "int8" for s in got)
+    _, fixed = setups(OV_SPACE, {"int8_model_type": "transformer", "int8_smooth_quant": False})  # --set fixes them
+    assert [s["options"]["int8_preset"] for s in fixed] == ["mixed", "performance"]
+    problem, f32 = setups(OV_SPACE.replace("choices: [f32, bf16], default: f32", "choices: [f32], default: f32"))
+    assert float_settings(f32, problem) == {} and all(s["config"]["inference_precision"] == "f32" for s in f32)
