@@ -119,9 +119,11 @@ def simplest_among_ties(finalists: list[dict]) -> tuple[dict, list[dict]]:
     {"ratio", "ci_low", "ci_high"}, "choices"}: the fastest by ratio to the baseline, and every finalist
     whose 95% interval overlaps the fastest's ties it within noise; of those the one with the fewest
     choices off the defaults wins (then the lower ratio). A faster figure inside the noise is no reason
-    for a config that is harder to explain and to keep."""
+    for a config that is harder to explain and to keep. A finalist that read slower than the baseline
+    (ratio over 1) never wins over a faster one: the winner is never slower than the defaults."""
     fastest = min(finalists, key=lambda f: f["relative"]["ratio"])
-    tied = [f for f in finalists if _overlap(f["relative"], fastest["relative"])]
+    tied = [f for f in finalists if _overlap(f["relative"], fastest["relative"])
+            and f["relative"]["ratio"] <= max(1.0, fastest["relative"]["ratio"])]
     winner = min(tied, key=lambda f: (f["choices"], f["relative"]["ratio"]))
     return winner, [f for f in tied if f is not winner]
 

@@ -17,6 +17,9 @@ def test_the_simplest_of_the_finalists_that_tie_the_fastest_wins():
     # the defaults themselves win a tie with a tuned config
     winner, tied = simplest_among_ties([_f(3, 0.97, 0.04, 4), _f(0, 1.0, 0.0, 0)])
     assert winner["trial"] == 0 and [f["trial"] for f in tied] == [3]
+    # a simpler finalist that read slower than the baseline does not win, however wide its interval
+    winner, tied = simplest_among_ties([_f(3, 0.95, 0.02, 4), _f(8, 1.02, 0.1, 1), _f(0, 1.0, 0.0, 0)])
+    assert winner["trial"] == 3 and tied == []
 
 
 def test_no_tie_keeps_the_fastest_and_equal_simplicity_keeps_the_faster():
