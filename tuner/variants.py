@@ -82,6 +82,7 @@ def float_settings(setups: list[dict], problem: Problem) -> dict:
 def _key(problem: Problem, setups: list[dict]) -> str:
     first = setups[0]["config"]
     payload = {"model": problem.model_hash, "data": problem.data_hash, "metric": problem.requirement.primary_metric,
+               "user_metrics": sorted(problem.requirement.user_metrics()),
                "configs": [s["config"] for s in setups], "protocol": asdict(TIMING),
                "versions": backend_versions([first.get(BACKEND) or problem.space.backends[0]])}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -107,16 +108,26 @@ def measure_variants(problem: Problem, setups: list[dict], evaluator: Evaluator,
             builds += 1
             try:
                 got = evaluator.accuracy(s["config"], TIMING, baseline=fp32)
-                rows[key] = {"error": float(got["metrics"][metric]), "ratio": got["ratio"], "ms": got["median_ms"],
-                             "fp32_ms": got["baseline_ms"], "feasible": got["feasible"]}
+                rows[key] = {"metrics": got["metrics"], "ratio": got["ratio"], "ms": got["median_ms"],
+                             "fp32_ms": got["baseline_ms"]}
             except TrialFailure as exc:
                 rows[key] = {"failed": str(exc)}
             cache.write_json(name, stored)
-    out = [{"options": s["options"], "layers": s["layers"]} | rows[json.dumps(s["options"], sort_keys=True, default=str)]
-           for s in setups]
+    out = [{"options": s["options"], "layers": s["layers"]} | _row(rows[json.dumps(s["options"], sort_keys=True, default=str)],
+                                                                   problem, metric) for s in setups]
     fp32_ms = sorted(r["fp32_ms"] for r in out if r.get("fp32_ms"))
     return {"fp32_ms": fp32_ms[len(fp32_ms) // 2] if fp32_ms else None, "rows": out, "builds": builds,
             "seconds": round(time.perf_counter() - started, 1), "cached": builds == 0}
+
+
+def _row(stored: dict, problem: Problem, metric: str) -> dict:
+    """A cached measurement as a table row: its error and feasibility under this problem's requirement
+    (the cache holds every metric, so a study with another bound reuses it)."""
+    if "failed" in stored:
+        return dict(stored)
+    metrics = stored["metrics"]
+    return {"error": float(metrics[metric]), "feasible": problem.requirement.holds(metrics)} | {
+        k: stored[k] for k in ("ratio", "ms", "fp32_ms")}
 
 
 def choose(rows: list[dict], slower: float = CLEARLY_SLOWER) -> int | None:
