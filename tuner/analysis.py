@@ -56,12 +56,13 @@ def override_ranking(problem: Problem, override: LayerOverride, evaluator: Evalu
               "analysis_s": measured["seconds"]}
     first = {k: v for k, v in setups[0]["config"].items() if k != override.key}
     label = f"{backend} {first[ROUTE_KEY]}"
-    if pick is None:
-        failed = [r["failed"] for r in rows if "failed" in r]
-        reason = failed[0] if failed else "no variant lets a layer stay in float"
+    if all("failed" in r for r in rows):
         return _without_layers(override, first, common, greedy_feasible=False, variant=rows[0]["options"],
-                               dropped=f"{label} does not build on this model ({reason}): dropped from the analysis; "
-                                       "its trials fail and the study learns their route, the other routes go on")
+                               dropped=f"{label} does not build on this model ({rows[0]['failed']}): dropped from the "
+                                       "analysis; its trials fail and the study learns their route, the other routes go on")
+    if pick is None:
+        return _without_layers(override, first, common, greedy_feasible=False, variant=rows[0]["options"],
+                               skipped="no variant that builds lets a layer stay in float")
     chosen, config = rows[pick], {k: v for k, v in setups[pick]["config"].items() if k != override.key}
     metric = common["metric"]
     if chosen["feasible"]:
