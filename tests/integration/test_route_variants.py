@@ -99,9 +99,11 @@ def openvino_study(tmp_path_factory):
     planted = write_demo_model(str(tmp / "planted.onnx"), outliers=2)
     (tmp / "space.yaml").write_text(OV_SPACE)
     storage = f"sqlite:///{tmp}/ov.db"
-    study = tune(TuneOptions(study="ov", model=planted, storage=storage, space=str(tmp / "space.yaml"),
-                             shapes=["x=2x64x256"], require="cos<=0.002", seed=0, n_trials=2, protocol=FAST,
-                             progress=False, quiet=True, select=False)).study
+    with pytest.MonkeyPatch.context() as mp:  # a cache of its own: a module fixture runs before conftest's _cache
+        mp.setenv("TUNER_CACHE", str(tmp / "cache"))
+        study = tune(TuneOptions(study="ov", model=planted, storage=storage, space=str(tmp / "space.yaml"),
+                                 shapes=["x=2x64x256"], require="cos<=0.002", seed=0, n_trials=2, protocol=FAST,
+                                 progress=False, quiet=True, select=False)).study
     return study, storage
 
 
