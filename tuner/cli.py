@@ -189,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "'^(block\\d+)/' (default: one candidate per node)")
     p.add_argument("--greedy", action="store_true",
                    help="also run the greedy pass: the smallest float set that meets --require (default: ranking only)")
+    p.add_argument("--no-variants", action="store_true",
+                   help="rank the route with the space's default options (and --set) as they are; default: first build "
+                        "each accuracy-relevant option set of the route all-quantized, print them, and rank the best")
     p.add_argument("--budget", type=int, default=0, metavar="BUILDS",
                    help="cap on the analysis's builds (default 0: no cap): groups first, then layers inside the top groups")
     p.add_argument("--limit", type=int, default=30, help="rows to print (default 30; the files have all)")

@@ -17,6 +17,7 @@ from .problem import check_backends, config_from_sets, load_problem, print_notes
 from .report.charts import sensitivity_figure
 from .report.html import write_report
 from .report.status import status_lines, studies_rows
+from .report.variants import variant_lines
 from .report.view import StudyView
 from .run.options import TuneOptions, engines_dir
 from .run.tune import TuneResult, describe_result, tune
@@ -27,6 +28,7 @@ from .backends.tensorrt.routes import check_space_routes, format_json, format_ta
 from .sensitivity import analyze, greedy_float_set, progress_printer, quantizing_override, route_config, write_table
 from .space import layer_candidates, load_space, parse_set
 from .storage import default_url, load_study, local_storage_urls, migrate, open_for_reading
+from .variants import choose, float_settings, measure_variants, variant_setups
 from .winner import export_winner, select_winner, verify_lines, verify_winner
 
 
@@ -54,7 +56,8 @@ def cmd_space(args) -> int:
     for o in space.overrides:
         cands = layer_candidates(o, nodes)
         key = f" (config key {o.key})" if o.key != o.name else ""
-        print(f"  per-layer {o.name}{key}: {len(cands)} {o.granularity} parameters over {o.op_types}, when {o.when}")
+        unless = f", unless {o.unless}" if o.unless else ""
+        print(f"  per-layer {o.name}{key}: {len(cands)} {o.granularity} parameters over {o.op_types}, when {o.when}{unless}")
         for suffix, members in list(cands.items())[: args.limit]:
             print(f"    {o.name}/{suffix}  ({len(members)} node{'s' if len(members) > 1 else ''})")
         if len(cands) > args.limit:
@@ -205,28 +208,53 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def _sensitivity_variant(problem, route: dict, override, values: dict, evaluator, progress) -> tuple[dict, dict, list]:
+    """The route variants of `tuner sensitivity`, printed: (the chosen variant's config, what its builds
+    measured already, the rows). A route none of whose variants builds is refused."""
+    setups = variant_setups(problem, override, route["precision"], route.get("backend"), values)
+    measured = measure_variants(problem, setups, evaluator, progress)
+    rows, pick = measured["rows"], choose(measured["rows"])
+    for i, row in enumerate(rows):
+        row["chosen"] = i == pick
+    shown = {"variants": rows, "route": route, "backend": route.get("backend") or problem.space.backends[0], "fp32_ms": measured["fp32_ms"], "metric": problem.requirement.primary_metric,
+             "settings": float_settings(setups, problem)}
+    print("\r" + "\n".join(variant_lines(override.name, shown, outcome=False)))
+    if pick is None:
+        failed = [r["failed"] for r in rows if "failed" in r]
+        raise UserError(f"route {' '.join(route[k] for k in ('backend', 'precision') if k in route)} does not build on "
+                        f"this model: {failed[0] if failed else 'no variant lets a layer stay in float'}")
+    config = {k: v for k, v in setups[pick]["config"].items() if k != override.key}
+    return config, {"error_all_quantized": rows[pick]["error"]}, rows
+
+
 def cmd_sensitivity(args) -> int:
     problem = load_problem(args.model, args.space, args.data, args.calib_data, args.shape, args.int_range, args.require)
-    route = route_config(problem, args.route, args.backend, parse_set(args.set, problem.space))
+    values = parse_set(args.set, problem.space)
+    route = route_config(problem, args.route, args.backend, values)
     override = quantizing_override(problem, route["precision"], route.get("backend"))
     if args.groups:
         override = dataclasses.replace(override, granularity="group", group_pattern=args.groups)
     print_notes(problem.notes)
     progress = progress_printer(quiet=False, log_lines=False)
-    evaluator = Evaluator(problem.spec, persistent=True)
-    table = analyze(problem, route, override, evaluator, progress, args.budget or None)
-    print(f"\rsensitivity of {' '.join(route[k] for k in ('backend', 'precision') if k in route)} ({table['metric']}), {len(table['entries'])} candidates, "
-          f"everything quantized: {table['error_all_quantized']:.4g}{' (cached)' if table['cached'] else ''}")
-    print(f"{'rank':>4s}  {'candidate':40s} {'only it quantized':>17s} {'all but it':>11s} {'fp32 share':>10s} {'gain ms':>8s}")
-    for i, e in enumerate(table["entries"][: args.limit], 1):
-        print(f"{i:4d}  {e['name'][:40]:40s} {e['error_only']:17.4g} {e['error_all_but']:11.4g} "
-              f"{100 * e['latency_share']:9.1f}% {e['gain_ms']:8.2f}")
-    if args.greedy:
-        kept, builds = greedy_float_set(problem, route, table, evaluator, progress)
-        print("\rgreedy float set: " + (f"{kept} ({builds} builds)" if kept is not None else
-                                        f"none: the requirement fails even with every candidate in float ({builds} builds)"))
+    with Evaluator(problem.spec, persistent=True) as evaluator:
+        rows, known = None, None
+        if not args.no_variants:
+            route, known, rows = _sensitivity_variant(problem, route, override, values, evaluator, progress)
+        table = analyze(problem, route, override, evaluator, progress, args.budget or None, known)
+        if rows is not None:
+            table = table | {"variants": rows}
+        print(f"\rsensitivity of {' '.join(route[k] for k in ('backend', 'precision') if k in route)} ({table['metric']}), {len(table['entries'])} candidates, "
+              f"everything quantized: {table['error_all_quantized']:.4g}{' (cached)' if table['cached'] else ''}"
+              + ("; ranked for the chosen variant" if rows else ""))
+        print(f"{'rank':>4s}  {'candidate':40s} {'only it quantized':>17s} {'all but it':>11s} {'fp32 share':>10s} {'gain ms':>8s}")
+        for i, e in enumerate(table["entries"][: args.limit], 1):
+            print(f"{i:4d}  {e['name'][:40]:40s} {e['error_only']:17.4g} {e['error_all_but']:11.4g} "
+                  f"{100 * e['latency_share']:9.1f}% {e['gain_ms']:8.2f}")
+        if args.greedy:
+            kept, builds = greedy_float_set(problem, route, table, evaluator, progress)
+            print("\rgreedy float set: " + (f"{kept} ({builds} builds)" if kept is not None else
+                                            f"none: the requirement fails even with every candidate in float ({builds} builds)"))
     prefix = args.out or f"sensitivity-{os.path.splitext(os.path.basename(args.model))[0]}"
-    evaluator.close()
     paths = write_table(table, prefix)
     if args.html:
         paths.append(f"{prefix}.html")

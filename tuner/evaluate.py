@@ -175,13 +175,27 @@ def _checked_engine(problem: Problem, config: dict, on_phase: Phase, study: str 
 
 
 def accuracy_job(spec: dict, cache_dir: str, config: dict, protocol: dict | None, on_phase: Phase = _no_phase,
-                 study: str = "") -> dict:
+                 study: str = "", baseline: dict | None = None) -> dict:
     """Error metrics of one build (sensitivity), and with a protocol its latency (untimed by others:
-    a quick figure for the ranking, not a trial's measurement)."""
+    a quick figure for the ranking, not a trial's measurement). With a baseline config too, that engine
+    is built as well and the two are timed in turn (paired): "ratio" is the build's latency over the
+    baseline's in the same window, "baseline_ms" the baseline's."""
     problem = _problem(spec, cache_dir)
     with _checked_engine(problem, config, on_phase, study) as (engine, backend, metrics, _):
         out: dict[str, Any] = {"metrics": metrics, "feasible": problem.requirement.holds(metrics)}
-        if protocol:
+        if protocol and baseline is not None:
+            with tempfile.TemporaryDirectory(prefix="tuner-job-base-") as work:
+                base, _, _ = build(problem, baseline, work, lambda p: on_phase(f"baseline {p}"), study=study)
+                try:
+                    on_phase("timing")
+                    with device_lock(default_lock_path(backend.device)):
+                        cand, base_stats, rel = measure_paired(engine.timed_call(problem.batches[0]),
+                                                               base.timed_call(problem.batches[0]),
+                                                               LatencyProtocol(**protocol))
+                finally:
+                    base.close()
+            out |= {"median_ms": cand.median_ms, "baseline_ms": base_stats.median_ms, "ratio": rel.ratio}
+        elif protocol:
             on_phase("timing")
             with device_lock(default_lock_path(backend.device)):
                 out["median_ms"] = measure_latency(engine.timed_call(problem.batches[0]),
@@ -308,8 +322,9 @@ class Evaluator:
                          when_busy=self.when_busy, band=band.to_dict() if band else None, give_up_above=give_up_above)
         return TrialRecord.from_dict(rec)
 
-    def accuracy(self, config: dict, timing: LatencyProtocol | None = None) -> dict:
-        return self._call(accuracy_job, config=config, protocol=asdict(timing) if timing else None)
+    def accuracy(self, config: dict, timing: LatencyProtocol | None = None, baseline: dict | None = None) -> dict:
+        """Metrics of one build; with timing its quick latency, against `baseline` in turn where given."""
+        return self._call(accuracy_job, config=config, protocol=asdict(timing) if timing else None, baseline=baseline)
 
     def node_times(self, backend: str) -> dict[str, float]:
         return self._call(node_times_job, backend=backend)

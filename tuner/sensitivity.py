@@ -27,7 +27,8 @@ from .evaluate import Evaluator
 from .isolate import TrialFailure
 from .measure.latency import LatencyProtocol
 from .problem import Problem
-from .space import BACKEND, ROUTE_KEY, LayerOverride, defaults_chooser, effective_encoding, layer_candidates, normalize, route_choice
+from .space import (BACKEND, ROUTE_KEY, LayerOverride, defaults_chooser, layer_candidates, normalize, route_choice,
+                    trial_params)
 
 QUICK = LatencyProtocol(warmup=2, min_runs=5, max_runs=20, max_seconds=0.5)
 
@@ -97,9 +98,13 @@ def quantizing_override(problem: Problem, route: str, backend: str | None = None
                     f"{', '.join(routes) or 'no route'}")
 
 
-def route_config(problem: Problem, route: str | None, backend: str | None, values: dict) -> dict:
-    """The config a sensitivity analysis quantizes with: route, its options (config keys) and, in a space
-    over several backends, the backend. Without a route, the backend's first quantizing route."""
+def route_setup(problem: Problem, route: str | None, backend: str | None, values: dict,
+                options: dict | None = None) -> tuple[dict, dict]:
+    """(config, parameter values by name) of the route a sensitivity analysis quantizes with: route, its
+    options (config keys) and, in a space over several backends, the backend. Without a route, the
+    backend's first quantizing route. The options are the space's defaults, as the study's trials build
+    them, with the --set `values` (by parameter name) and then `options` (by config key: a route variant,
+    tuner.variants) chosen where the space offers them."""
     space = problem.space
     if backend is not None and backend not in space.backends:
         raise UserError(f"--backend {backend}: not a backend of the space {space.path} "
@@ -107,16 +112,28 @@ def route_config(problem: Problem, route: str | None, backend: str | None, value
     if backend is None:  # the backend whose routes have `route`
         backend = next((b for b in space.backends if route is None or route in get_backend(b).routes), space.backends[0])
     route = route or get_backend(backend).quantizing_routes[0]
-    # The route's options at the space's defaults, as the study's trials build it; --set values over them.
     route_name = next((p.name for p in space.params
                        if p.key == ROUTE_KEY and route in (p.choices or []) and backend in space.backends_of(p.when)), None)
     chosen = ({route_name: route} if route_name else {}) | ({BACKEND: backend} if len(space.backends) > 1 else {})
-    config = route_choice(space, normalize(space, defaults_chooser(chosen), problem.graph_nodes))
-    return config | {ROUTE_KEY: route} | space.keys(values)
+    choose = defaults_chooser(values | chosen, options)
+    full = normalize(space, choose, problem.graph_nodes)
+    # the route, its options and whatever `options` set besides (a setting for the float parts, e.g. bf16)
+    config = route_choice(space, full) | {k: full[k] for k in options or {} if k in full}
+    return config | {ROUTE_KEY: route} | space.keys(values), trial_params(space, choose, problem.graph_nodes)
+
+
+def route_config(problem: Problem, route: str | None, backend: str | None, values: dict) -> dict:
+    """The config a sensitivity analysis quantizes with (route_setup): the space's defaults with --set values."""
+    return route_setup(problem, route, backend, values)[0]
 
 
 def _backend(problem: Problem, route_config: dict) -> str:
     return route_config.get(BACKEND) or problem.space.backends[0]
+
+
+def fp32_config(route_config: dict) -> dict:
+    """The float engine a route's quick latencies compare with: the backend's fp32 route as it comes."""
+    return {k: v for k, v in route_config.items() if k == BACKEND} | {ROUTE_KEY: "fp32"}
 
 
 def _measure(evaluator: Evaluator, config: dict, timing: LatencyProtocol | None = None) -> dict:
@@ -127,16 +144,17 @@ def _measure(evaluator: Evaluator, config: dict, timing: LatencyProtocol | None 
         raise UserError(f"route {config.get('precision')} does not build on this model: {exc}") from None
 
 
-def table_key(problem: Problem, route_config: dict, candidates: dict[str, list[str]], budget: int | None) -> str:
+def table_key(problem: Problem, route_config: dict, candidates: dict[str, list[str]], budget: int | None,
+              base: int = 2) -> str:
     payload = {"model": problem.model_hash, "data": problem.data_hash, "route": route_config, "candidates": candidates,
                "metric": problem.requirement.primary_metric,
                "versions": backend_versions([_backend(problem, route_config)]),
-               "budget": budget if budget is not None and _full_cost(candidates) > budget else None}
+               "budget": budget if budget is not None and _full_cost(candidates, base) > budget else None}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _full_cost(candidates: dict) -> int:
-    return 2 + 2 * len(candidates)  # fp32, everything quantized, then two builds per candidate
+def _full_cost(candidates: dict, base: int = 2) -> int:
+    return base + 2 * len(candidates)  # fp32 and everything quantized (unless known), then two builds per candidate
 
 
 def _entries(problem: Problem, route_config: dict, override: LayerOverride, evaluator: Evaluator,
@@ -157,13 +175,18 @@ def _entries(problem: Problem, route_config: dict, override: LayerOverride, eval
 
 
 def analyze(problem: Problem, route_config: dict, override: LayerOverride, evaluator: Evaluator,
-            on_progress: Callable[[str], None] = lambda s: None, budget: int | None = None) -> dict:
+            on_progress: Callable[[str], None] = lambda s: None, budget: int | None = None,
+            known: dict | None = None) -> dict:
     """The sensitivity table of `route_config` (precision and its options), most sensitive first.
     With a budget (builds) too small to rank every candidate, groups are ranked first, then the
     candidates inside the most sensitive groups while the budget lasts; the rest keep their group's
-    figures and place."""
+    figures and place. known: "fp32_ms" and/or "error_all_quantized" measured already (the error by the
+    variant stage, tuner.variants): those builds are not made again. The fp32 latency the gains are taken
+    from should be timed as the candidates' are (alone, QUICK), so the variant stage's paired figure is not one."""
     candidates = layer_candidates(override, problem.graph_nodes)
-    key = table_key(problem, route_config, candidates, budget)
+    known = known or {}
+    base = 2 - sum(k in known for k in ("fp32_ms", "error_all_quantized"))
+    key = table_key(problem, route_config, candidates, budget, base)
     name = f"sensitivity-{key}.json"
     table = cache.read_json(name)
     if table is not None:
@@ -173,18 +196,19 @@ def analyze(problem: Problem, route_config: dict, override: LayerOverride, evalu
     metric = problem.requirement.primary_metric
     all_nodes = sorted(n for nodes in candidates.values() for n in nodes)
     shares = evaluator.node_times(_backend(problem, route_config))
-    fp32 = {k: v for k, v in route_config.items() if k == BACKEND} | {"precision": "fp32"}
-    fp32_ms = _measure(evaluator, fp32, QUICK)["median_ms"]
-    err_all = _measure(evaluator, route_config | {override.key: []})["metrics"][metric]
+    fp32_ms = known.get("fp32_ms") or _measure(evaluator, fp32_config(route_config), QUICK)["median_ms"]
+    err_all = known.get("error_all_quantized")
+    if err_all is None:
+        err_all = _measure(evaluator, route_config | {override.key: []})["metrics"][metric]
     args = (problem, route_config, override, evaluator)
-    if budget is None or _full_cost(candidates) <= budget:
+    if budget is None or _full_cost(candidates, base) <= budget:
         entries = _entries(*args, candidates, all_nodes, shares, fp32_ms, on_progress)
-        builds = _full_cost(candidates)
+        builds = _full_cost(candidates, base)
     else:
         groups = group_candidates(candidates, override)
         flat = {g: sorted(n for nodes in members.values() for n in nodes) for g, members in groups.items()}
         ranked = _entries(*args, flat, all_nodes, shares, fp32_ms, lambda m: on_progress(f"groups: {m}"))
-        builds = _full_cost(flat)
+        builds = _full_cost(flat, base)
         entries = []
         for g in ranked:
             members = groups[g.name]
@@ -242,12 +266,13 @@ def greedy_float_set(problem: Problem, route_config: dict, table: dict, evaluato
 
 
 def ranking_for_study(problem: Problem, route_config: dict, override: LayerOverride, evaluator: Evaluator,
-                      on_progress: Callable[[str], None] = lambda s: None, budget: int | None = DEFAULT_BUDGET) -> dict:
+                      on_progress: Callable[[str], None] = lambda s: None, budget: int | None = DEFAULT_BUDGET,
+                      known: dict | None = None) -> dict:
     """What a sensitivity-encoded study stores: the order (greedy set first, then the rest by
     sensitivity) and the cut (size of the greedy set), with the table it came from and what the
     analysis cost (builds and seconds; a cached table costs none)."""
     started = time.perf_counter()
-    table = analyze(problem, route_config, override, evaluator, on_progress, budget)
+    table = analyze(problem, route_config, override, evaluator, on_progress, budget, known)
     left = None if budget is None else max(budget - (0 if table["cached"] else table.get("builds", 0)), 0)
     kept, builds = greedy_float_set(problem, route_config, table, evaluator, on_progress, left)
     rest = [e["name"] for e in table["entries"] if e["name"] not in (kept or [])]
@@ -267,32 +292,6 @@ def progress_printer(quiet: bool, log_lines: bool) -> Callable[[str], None]:
     if sys.stderr.isatty():
         return lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True)
     return lambda msg: print(msg, file=sys.stderr, flush=True)
-
-
-def study_rankings(problem: Problem, timeout_s: float = 600.0, quiet: bool = True,
-                   budget: int | None = DEFAULT_BUDGET) -> dict[str, dict]:
-    """For each override the sensitivity encoding applies to (`sensitivity`, or `auto` on a model with
-    many candidates): its ranking, from the (cached) sensitivity table and the greedy pass over it.
-    Computed once per study and stored in it."""
-    out = {}
-    wanted = [o for o in problem.space.overrides if effective_encoding(o, problem.graph_nodes) == "sensitivity"]
-    if not wanted:
-        return out
-    progress = progress_printer(quiet, log_lines=True)
-    with Evaluator(problem.spec, timeout_s, persistent=True) as evaluator:
-        for o in wanted:
-            backends = problem.space.backends_of(o.when)
-            config = route_config(problem, o.sensitivity_route, backends[0], {})
-            if not quiet:
-                n = len(layer_candidates(o, problem.graph_nodes))
-                print(f"ranking the {n} {o.name} candidates of {' '.join(config.get(k, '') for k in (BACKEND, ROUTE_KEY)).strip()} "
-                      f"by sensitivity, once per study (at most {budget or 'no cap on the'} builds; --sensitivity-budget)",
-                      file=sys.stderr)
-            out[o.name] = r = ranking_for_study(problem, config, o, evaluator, progress, budget)
-            if not quiet:
-                print(f"\rsensitivity of {o.sensitivity_route}: greedy float set {r['order'][:r['cut']]} "
-                      f"({r['analysis_builds']} analysis builds, {r['analysis_s']:.0f} s)", file=sys.stderr)
-    return out
 
 
 def write_table(table: dict, prefix: str) -> list[str]:

@@ -37,7 +37,8 @@ SPACES_DIR = _spaces_dir()
 DEFAULT_SPACE = os.path.join(SPACES_DIR, "cpu.yaml" if _openvino_installed() else "onnxruntime-cpu.yaml")
 TYPES = {"categorical", "bool", "int", "float"}
 PARAM_KEYS = {"type", "choices", "low", "high", "log", "default", "when", "key"}
-OVERRIDE_KEYS = {"when", "op_types", "granularity", "group_pattern", "encoding", "near", "sensitivity_route", "key"}
+OVERRIDE_KEYS = {"when", "unless", "op_types", "granularity", "group_pattern", "encoding", "near", "sensitivity_route",
+                 "key"}
 ROUTE_KEY = "precision"  # the config key of a precision route (whatever the parameter is called)
 BACKEND = "backend"  # the parameter that chooses the backend in a space over several
 ENCODINGS = ("independent", "sensitivity", "groups", "auto")
@@ -78,6 +79,9 @@ class LayerOverride:
     near: int = 3
     sensitivity_route: str | None = None
     key: str = ""  # the config key of the kept-in-float node list (default: the name)
+    # Where no layer may stay in float although `when` holds: {PARAM: [VALUES]}, any one active with one
+    # of its values (OpenVINO's SmoothQuant on: its scaling stays in place on a layer kept in float).
+    unless: dict[str, list] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.key = self.key or self.name
@@ -237,6 +241,7 @@ def load_space(path: str | None = None) -> Space:
         if not isinstance(near, int) or isinstance(near, bool) or near < 0:
             fail(f"{where}.near", f"{near!r} is not a count (0 or more)")
         _check_when(fail, f"{where}.when", d.get("when") or {}, names, names, params)
+        _check_when(fail, f"{where}.unless", d.get("unless") or {}, names, names, params)
         _, routes = _route_condition(d.get("when") or {}, {p.name: p for p in params})
         route = d.get("sensitivity_route", routes[0] if routes else None)
         if encoding in ("sensitivity", "auto") and route not in routes:
@@ -257,7 +262,7 @@ def load_space(path: str | None = None) -> Space:
         if not isinstance(key, str) or not key:
             fail(f"{where}.key", f"{key!r} is not a config key (a non-empty name)")
         overrides.append(LayerOverride(oname, d.get("when") or {}, ops, gran, d.get("group_pattern"), encoding, near, route,
-                                       key))
+                                       key, d.get("unless") or {}))
     _check_keys(fail, params, overrides)
     return Space(path, str(doc.get("name", os.path.basename(path))), str(doc.get("backend", "onnxruntime")), params, overrides)
 
@@ -307,6 +312,26 @@ def _check_when(fail, where, when, names, earlier, params):
 
 def _active(when: dict[str, list], config: dict) -> bool:
     return all(dep in config and config[dep] in vals for dep, vals in when.items())
+
+
+def override_active(o: LayerOverride, values: dict) -> bool:
+    """Whether layers may stay in float under these parameter values (by name): its `when` holds and no
+    `unless` parameter is active with one of its values."""
+    return _active(o.when, values) and not any(dep in values and values[dep] in vals for dep, vals in o.unless.items())
+
+
+def variant_matches(ranking: dict | None, config: dict) -> bool:
+    """Whether a sensitivity ranking applies to `config`: the ranking was measured for one variant of its
+    route (tuner.variants: the route options it stores as `variant`, config keys), so its top_k / near
+    parameters exist only under that variant; a config of the same route with other options keeps every
+    layer quantized. Another route of the same override uses the ranking as it is (as before variants),
+    and a ranking stored without a variant applies everywhere."""
+    if not ranking:
+        return False
+    variant, route = ranking.get("variant"), (ranking.get("route") or {}).get(ROUTE_KEY)
+    if not variant or config.get(ROUTE_KEY) != route:
+        return True
+    return all(config.get(k) == v for k, v in variant.items())
 
 
 def effective_encoding(override: LayerOverride, graph_nodes: list[tuple[str, str]]) -> str:
@@ -374,10 +399,15 @@ def normalize(space: Space, choose: Chooser, graph_nodes: list[tuple[str, str]],
         if _active(p.when, values):
             values[p.name] = config[p.key] = choose(p)
     for o in space.overrides:
-        if not _active(o.when, values):
+        if not override_active(o, values):
             continue
         ranking = (rankings or {}).get(o.name) if effective_encoding(o, graph_nodes) == "sensitivity" else None
-        kept = _ranked_choice(o, ranking, choose) if ranking else _independent_choice(o, graph_nodes, choose)
+        if ranking is None:
+            kept = _independent_choice(o, graph_nodes, choose)
+        elif ranking["order"] and variant_matches(ranking, config):
+            kept = _ranked_choice(o, ranking, choose)
+        else:  # another variant of the ranked route, or no ranking made (route dropped or skipped): all quantized
+            kept = []
         config[o.key] = sorted(set(kept))
     return config
 
@@ -412,9 +442,19 @@ def route_choice(space: Space, config: dict) -> dict:
     return {k: v for k, v in config.items() if k in keys}
 
 
-def defaults_chooser(overrides: dict[str, Any] | None = None) -> Chooser:
-    overrides = overrides or {}
-    return lambda p: overrides.get(p.name, p.default)
+def defaults_chooser(overrides: dict[str, Any] | None = None, by_key: dict[str, Any] | None = None) -> Chooser:
+    """Each parameter at `overrides[name]`, else at `by_key[its config key]` where that is one of its
+    choices (a route variant's options, tuner.variants), else at its default."""
+    overrides, by_key = overrides or {}, by_key or {}
+
+    def choose(p: Param):
+        if p.name in overrides:
+            return overrides[p.name]
+        if p.key in by_key and (p.choices is None or by_key[p.key] in p.choices):
+            return by_key[p.key]
+        return p.default
+
+    return choose
 
 
 def trial_chooser(trial, only: set[str] | None = None) -> Chooser:

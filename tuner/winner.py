@@ -1,6 +1,7 @@
 """The winner: rebuild the top feasible candidates and the baseline, check their accuracy again, time
 them side by side (A B C A B C ..., in blocks) in one process so their ratios compare, and store the
-fastest confirmed one in the study. Export rebuilds it and writes it out. Both build through the
+fastest confirmed one in the study; among finalists that tie it within noise, the simplest (fewest
+choices off the defaults). Export rebuilds it and writes it out. Both build through the
 isolated evaluator."""
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from .measure.latency import LatencyProtocol
 from .problem import Problem
 from .record import BUILD_KEY, CONFIG
 from .search.trials import baseline_trial, closest_candidate, is_feasible, is_trusted, speed_key
+from .space import Space
 
 WINNER_ATTR = "winner"
 BEST_EFFORT_ATTR = "best_effort"
@@ -70,7 +72,10 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
         study.set_user_attr(WINNER_ATTR, None)
         study.set_user_attr(BEST_EFFORT_ATTR, _summary(cands[0]) | {"note": "failed the accuracy re-check"})
         return None
-    t, metrics = min(confirmed, key=lambda tm: ratio[tm[0].number]["ratio"])
+    choices = {f.number: choices_off_defaults(f.params, f.user_attrs.get(CONFIG) or {}, problem.space) for f, _ in confirmed}
+    pick, tied = simplest_among_ties([{"trial": f.number, "relative": ratio[f.number], "choices": choices[f.number]}
+                                      for f, _ in confirmed])
+    t, metrics = next((f, m) for f, m in confirmed if f.number == pick["trial"])
     rel = ratio[t.number]
     winner = _summary(t) | {
         "confirmed_latency": stats[t.number],
@@ -84,14 +89,44 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
         "compared": {str(n): v["median_ms"] for n, v in stats.items()},
         # every finalist's side-by-side timing, for `tune`, `select` and the report (report/finalists.py)
         "finalists": sorted(({"trial": f.number, "baseline": base is not None and f.number == base.number,
-                              "feasible": bool(r["feasible"]), "relative": ratio[f.number]} | stats[f.number]
-                             for f, r in built), key=lambda f: f["relative"]["ratio"]),
+                              "feasible": bool(r["feasible"]), "relative": ratio[f.number],
+                              "choices": choices_off_defaults(f.params, f.user_attrs.get(CONFIG) or {}, problem.space)}
+                             | stats[f.number] for f, r in built), key=lambda f: f["relative"]["ratio"]),
+        # the finalists that tie the fastest within noise, of which the simplest won (simplest_among_ties)
+        "tie": {"fastest": min(confirmed, key=lambda fm: ratio[fm[0].number]["ratio"])[0].number,
+                "trials": [f["trial"] for f in tied]} if tied else None,
         "rejected_on_recheck": rejected,
         "load": confirmed_run["load"],
         "selected_at": time.time(),
     }
     study.set_user_attr(WINNER_ATTR, winner)
     return winner
+
+
+def choices_off_defaults(params: dict, config: dict, space: Space) -> int:
+    """How far a config is from the defaults: its parameters off their space default (per-layer ones
+    not counted here) plus the layers it keeps in float (the nodes of its keep-in-float lists)."""
+    defaults = {p.name: p.default for p in space.params}
+    off = sum(1 for name, value in params.items() if name in defaults and value != defaults[name])
+    return off + sum(len(config.get(key) or []) for key in {o.key for o in space.overrides})
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["ci_low"] <= b["ci_high"] and b["ci_low"] <= a["ci_high"]
+
+
+def simplest_among_ties(finalists: list[dict]) -> tuple[dict, list[dict]]:
+    """(the winner, the others it tied with) among the confirmed finalists, each {"trial", "relative":
+    {"ratio", "ci_low", "ci_high"}, "choices"}: the fastest by ratio to the baseline, and every finalist
+    whose 95% interval overlaps the fastest's ties it within noise; of those the one with the fewest
+    choices off the defaults wins (then the lower ratio). A faster figure inside the noise is no reason
+    for a config that is harder to explain and to keep. A finalist that read slower than the baseline
+    (ratio over 1) never wins over a faster one: the winner is never slower than the defaults."""
+    fastest = min(finalists, key=lambda f: f["relative"]["ratio"])
+    tied = [f for f in finalists if _overlap(f["relative"], fastest["relative"])
+            and f["relative"]["ratio"] <= max(1.0, fastest["relative"]["ratio"])]
+    winner = min(tied, key=lambda f: (f["choices"], f["relative"]["ratio"]))
+    return winner, [f for f in tied if f is not winner]
 
 
 def _summary(t) -> dict:

@@ -52,11 +52,15 @@ def test_study_finds_a_winner_and_resumes(demo_path, tmp_path):
     assert study.trials[1].params["precision"] == "int8-dynamic"
     winner = first.winner
     assert winner is not None
-    # the winner is the fastest confirmed feasible finalist, and its speedup is that finalist's ratio
-    finalists = [f for f in winner["finalists"] if f["feasible"]]
-    fastest = min(finalists, key=lambda f: f["relative"]["ratio"])
-    assert fastest["trial"] == winner["trial"], winner["finalists"]
-    assert winner["speedup"] == pytest.approx(1.0 / fastest["relative"]["ratio"])
+    # the winner is the fastest confirmed feasible finalist, or a simpler one that ties it within noise;
+    # its speedup is its own confirmed ratio
+    finalists = {f["trial"]: f for f in winner["finalists"] if f["feasible"]}
+    fastest = min(finalists.values(), key=lambda f: f["relative"]["ratio"])
+    chosen = finalists[winner["trial"]]
+    if chosen is not fastest:
+        assert winner["tie"] and fastest["trial"] in winner["tie"]["trials"], winner
+        assert chosen["relative"]["ci_low"] <= fastest["relative"]["ci_high"] and chosen["choices"] <= fastest["choices"]
+    assert winner["speedup"] == pytest.approx(1.0 / chosen["relative"]["ratio"])
     low, high = winner["speedup_interval"]
     assert low <= winner["speedup"] <= high
     assert winner["confirmed_metrics"]["cos"] <= 0.005

@@ -101,6 +101,13 @@ class Backend(Protocol):
 #   (a bf16 hint on a CPU without BF16) dropped, None for a parameter that changes nothing here, the
 #   default set to the library's own default on this device. `reason` says in one sentence what was
 #   dropped and why ("" when nothing was); it is shown to the user once.
+# - `route_variants(route, attention) -> [options]`: the accuracy-relevant option sets (config keys; {} =
+#   the space's defaults) of a quantizing route, each built all-quantized before layers are ranked
+#   (tuner.variants); attention: the model has the scaled dot-product pattern (tuner.attention).
+#   Without it, a route has one variant: the space's defaults.
+# - `quantized_float: dict`: settings (config keys) for the float parts of a quantized engine where the
+#   adapted space offers them (OpenVINO: inference_precision bf16 on a CPU with BF16); the ranking and
+#   its enqueued greedy trial use them.
 
 
 # name -> (module, class, the pip extra or package that brings its library)

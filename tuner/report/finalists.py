@@ -36,12 +36,31 @@ def finalist_rows(winner: dict) -> list[tuple[str, str]]:
         rows.append((f"trial {f['trial']}", f"{ratio}{f['median_ms']:.3f} ms, p10-p90 {f['p10_ms']:.3f}-{f['p90_ms']:.3f}, "
                                             f"95% CI [{f['ci_low_ms']:.3f}, {f['ci_high_ms']:.3f}]"
                                             + (f"  ({', '.join(role)})" if role else "")))
-    tied = tied_with_winner(winner)
+    if winner.get("tie"):  # selected with the simplest-among-ties rule (tuner.winner.simplest_among_ties)
+        rows.append(("tie", _simplest_tie_text(winner)))
+    tied = tied_with_winner(winner) if "tie" not in winner else []  # a winner stored before that rule
     if tied:
         names = ", ".join(f"{f['trial']}" + (" (the baseline)" if f.get("baseline") else "") for f in tied)
         rows.append(("tie", f"trial {winner['trial']} ties trial {names} within noise (their 95% intervals overlap): it "
                             "won only by a lower figure, so any of them is as fast as this machine can tell"))
     return rows
+
+
+def _simplest_tie_text(winner: dict) -> str:
+    tie, fin = winner["tie"], {f["trial"]: f for f in winner.get("finalists") or []}
+
+    def name(n: int) -> str:
+        return f"{n}" + (" (the baseline)" if fin.get(n, {}).get("baseline") else "")
+
+    def choices(n: int) -> str:
+        c = fin.get(n, {}).get("choices")
+        return "?" if c is None else str(c)
+
+    others = ", ".join(name(n) for n in tie["trials"])
+    faster = "" if tie["fastest"] == winner["trial"] else f"; trial {tie['fastest']} read fastest"
+    return (f"trial {name(winner['trial'])} ties trial {others} within noise (their 95% intervals overlap the "
+            f"fastest's{faster}): the simplest of them wins, with {choices(winner['trial'])} choices off the "
+            f"defaults ({', '.join(f'trial {n}: {choices(n)}' for n in tie['trials'])})")
 
 
 def finalist_lines(winner: dict) -> list[str]:

@@ -11,6 +11,7 @@ from ..search.settings import SETTINGS_ATTR
 from ..search.failures import learnt_failures
 from ..search.trials import baseline_trial, best_feasible, is_feasible, latency_of, speedup_of, was_busy, work_line
 from ..storage import local_path
+from .variants import rankings_lines
 
 
 def _dir_bytes(path: str) -> int:
@@ -35,6 +36,7 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
              f"work: {work_line(trials, settings)}; timing {settings.get('timing', 'alone')}",
              "trials: " + (", ".join(f"{k.lower()} {v}" for k, v in sorted(by_state.items())) or "none")
              + f"; feasible {len(feasible)}, infeasible {len(done) - len(feasible)}, reused {reused}"]
+    lines += rankings_lines(settings.get("rankings"))
     busy = [t.number for t in done if was_busy(t)]
     if busy:
         lines.append(f"warning: {len(busy)} trial(s) were timed while other processes kept the machine busy "

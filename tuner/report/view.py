@@ -14,6 +14,7 @@ from ..search.settings import SETTINGS_ATTR
 from ..search.failures import learnt_failures
 from ..search.trials import is_feasible, latency_of, relative_of, speedup_of, was_busy, work_line
 from .finalists import finalist_rows
+from .variants import variant_lines
 
 LAYER_PREFIX_SEP = "/"
 
@@ -225,6 +226,12 @@ def summary_rows(study) -> list[tuple[str, str]]:
             ("feasible / infeasible", f"{len(feasible)} / {len(done) - len(feasible)}"
              + (" - no trial meets the requirement" if done and not feasible else "")),
             ("work", work_line(trials, s) + f"; timing {s.get('timing', 'alone')}")]
+    for name, ranking in (s.get("rankings") or {}).items():  # the route variants before the layers (tuner.variants)
+        lines = variant_lines(name, ranking)
+        if lines:
+            rows.append(("route variants", lines[0].rstrip(":")))
+            rows += [("variant", line.strip()) for line in lines[1:-1]]
+            rows.append(("layers", lines[-1].strip()))
     busy = [t.number for t in done if was_busy(t)]
     if busy:
         rows.append(("busy machine", f"{len(busy)} trial(s) timed while other processes kept the machine busy "

@@ -13,7 +13,7 @@ from ..search.enqueue import parse_enqueue
 from ..search.settings import check_data, check_inputs, given_settings, merge_settings, new_settings, problem_spec
 from ..search.study import StudyContext, create_or_resume, load_existing, stored_settings
 from ..problem import print_notes
-from ..sensitivity import study_rankings
+from ..analysis import ranking_notes, study_rankings
 from ..space import effective_encoding
 from ..storage import check_study_name, local_path, open_storage
 from .join import this_machine
@@ -61,7 +61,6 @@ def _open_study(opts: TuneOptions) -> StudyContext:
     settings["spec"] = asdict(problem_spec(settings))
     settings["encoding"] = {o.name: effective_encoding(o, problem.graph_nodes) for o in problem.space.overrides}
     settings["backend"] = ",".join(problem.space.backends)  # part of every build key
-    settings["notes"] = problem.notes  # the report says them too
     settings.setdefault("machine", this_machine(problem.space))
     if stored is None and "timing" not in settings:  # a study made before paired timing keeps timing alone
         settings["timing"] = "paired" if all(d == "cpu" for d in backend_devices_of(problem.space)) else "alone"
@@ -71,6 +70,8 @@ def _open_study(opts: TuneOptions) -> StudyContext:
     if settings.get("rankings_for") != [settings.get("space_hash"), problem.data_hash]:  # once per space and data
         settings["rankings"] = study_rankings(problem, opts.trial_timeout, opts.quiet, opts.sensitivity_budget or None)
         settings["rankings_for"] = [settings.get("space_hash"), problem.data_hash]
+        print_notes(ranking_notes(settings["rankings"]))  # a route dropped from the analysis: said once
+    settings["notes"] = problem.notes + ranking_notes(settings.get("rankings"))  # the report says them too
     if warm is not None:
         settings["warm_start"] = {"source": warm.source, "configs": len(warm.params),
                                   "ranking_reused": bool(warm.rankings)}

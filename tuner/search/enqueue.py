@@ -12,11 +12,14 @@ from .study import StudyContext
 BASELINE_ENQUEUED = "baseline_enqueued"
 
 
-def params_for(space: Space, graph_nodes: list, values: dict, grid: bool, rankings: dict | None = None) -> dict:
-    """The Optuna parameters of the config with `values` and every other parameter at its default."""
+def params_for(space: Space, graph_nodes: list, values: dict, grid: bool, rankings: dict | None = None,
+               by_key: dict | None = None) -> dict:
+    """The Optuna parameters of the config with `values` (by parameter name), then `by_key` (by config key,
+    where the parameter offers it), and every other parameter at its default."""
+    choose = defaults_chooser(values, by_key)
     if grid:  # GridSampler needs every grid parameter fixed, active or not
-        return {p.name: values.get(p.name, p.default) for p in space.params}
-    return trial_params(space, defaults_chooser(values), graph_nodes, rankings)
+        return {p.name: choose(p) for p in space.params}
+    return trial_params(space, choose, graph_nodes, rankings)
 
 
 def baseline_params(ctx: StudyContext) -> dict:
@@ -50,7 +53,9 @@ def enqueue_initial(ctx: StudyContext, extra: list[str]) -> None:
     """Trial 0 is the default configuration (once per study); in a space over several backends, the
     other backends' own defaults next (what a user would try instead: "just use OpenVINO"); then another
     study's best configs (--warm-start, its winner first), the greedy set of each sensitivity ranking
-    (once per ranking), then any --enqueue configs."""
+    (once per ranking: with the route options of the variant it was ranked for, and the backend's settings
+    for the float parts it was measured with, e.g. OpenVINO's bf16 where the CPU has BF16), then any
+    --enqueue configs."""
     study, problem = ctx.study, ctx.problem
     grid = ctx.settings["sampler"] == "grid"
     rankings = ctx.settings.get("rankings")
@@ -72,7 +77,8 @@ def enqueue_initial(ctx: StudyContext, extra: list[str]) -> None:
             values = {route_param: r["route"]["precision"], f"{name}/top_k": r["cut"]}
             if BACKEND in r["route"]:
                 values[BACKEND] = r["route"][BACKEND]
-            study.enqueue_trial(params_for(problem.space, problem.graph_nodes, values, grid, rankings),
+            by_key = (r.get("variant") or {}) | (r.get("settings") or {})
+            study.enqueue_trial(params_for(problem.space, problem.graph_nodes, values, grid, rankings, by_key),
                                 user_attrs={ENQUEUED: "greedy"})
             study.set_user_attr(f"greedy_enqueued/{r['table_key']}", True)
     for item, params in zip(extra, queued):

@@ -13,7 +13,7 @@ from ...model import ModelFile
 from ..base import Batch, BuildContext, Outputs
 from .optimizers import is_optimizer, unknown_optimizer
 from .profile import node_time_shares
-from .quantize import QUANTIZING_ROUTES, ROUTE_DEFAULTS, ROUTES, apply_precision
+from .quantize import QUANTIZING_ROUTES, ROUTE_DEFAULTS, ROUTES, apply_precision, route_variants
 from .session import (DISABLE_PREFIX, SESSION_KEYS, adapt_feed, make_session, read_engine_dir, run_float32, session_settings,
                       write_settings)
 
@@ -78,6 +78,9 @@ class OnnxRuntimeBackend:
         if parameter.startswith(DISABLE_PREFIX):
             return is_optimizer(parameter[len(DISABLE_PREFIX):])
         return parameter == "precision" or parameter in SESSION_KEYS or parameter in ROUTE_DEFAULTS
+
+    def route_variants(self, route: str, attention: bool) -> list[dict]:
+        return route_variants(route, attention)
 
     def why_unknown(self, parameter: str) -> str:
         if parameter.startswith(DISABLE_PREFIX):

@@ -31,6 +31,20 @@ FP16_BLOCK_LISTS = {"none": [], "norms": ["LayerNormalization"], "norms_softmax"
 logging.getLogger("onnxruntime.quantization").setLevel(logging.ERROR)
 
 
+def route_variants(route: str, attention: bool) -> list[dict[str, Any]]:
+    """The accuracy-relevant option sets of `route` worth one all-quantized build each before layers are
+    ranked (tuner.variants), as config keys; {} = the space's defaults. One option changed at a time
+    (a handful of builds, not the product): per-channel weights, 7-bit weights (reduce_range: no int16
+    saturation on CPUs without VNNI), every op type ORT quantizes; static: the histogram calibrators
+    (with per-channel weights, the usual pairing) besides MinMax."""
+    if route == "int8-dynamic":
+        return [{}, {"dyn_per_channel": True}, {"dyn_reduce_range": True}, {"quant_op_types": "all"}]
+    if route == "int8-static":
+        return [{}, {"static_per_channel": True}, {"calibration_method": "Entropy", "static_per_channel": True},
+                {"calibration_method": "Percentile", "static_per_channel": True}]
+    return [{}]
+
+
 def _qtype(name: str):
     from onnxruntime.quantization import QuantType
 

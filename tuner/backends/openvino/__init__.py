@@ -19,7 +19,7 @@ from . import device
 from .engine import USAGE, OpenVinoEngine, load_engine, write_config
 from .profile import node_time_shares
 from .properties import DEVICE, FLOAT32, PROPERTIES, compile_properties
-from .quantize import QUANTIZING_ROUTES, ROUTE_DEFAULTS, ROUTES, apply_precision
+from .quantize import QUANTIZING_ROUTES, ROUTE_DEFAULTS, ROUTES, apply_precision, route_variants
 
 
 class OpenVinoBackend:
@@ -28,6 +28,9 @@ class OpenVinoBackend:
     routes = ROUTES
     quantizing_routes = QUANTIZING_ROUTES
     float32: dict = FLOAT32
+    # The float parts of an int8 engine in bf16 where the CPU has BF16 (the space offers the choice only
+    # there: device.adapt): AMX/AVX512-BF16 kernels for what stays in float, as an expert would build it.
+    quantized_float: dict = {"inference_precision": "bf16"}
 
     def __init__(self) -> None:
         self._core: ov.Core | None = None
@@ -59,6 +62,9 @@ class OpenVinoBackend:
 
     def adapt(self, param: Param) -> tuple[Param | None, str]:
         return device.adapt(param)
+
+    def route_variants(self, route: str, attention: bool) -> list[dict]:
+        return route_variants(route, attention, device.has_int8_dot_product())
 
     def build(self, model: ModelFile, config: dict, ctx: BuildContext) -> OpenVinoEngine:
         config = ROUTE_DEFAULTS | config

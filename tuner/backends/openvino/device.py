@@ -57,6 +57,12 @@ def has_dynamic_quantization() -> bool:
     return flags is None or bool(flags & _DQ_FLAGS)  # cannot tell: keep the knob
 
 
+def has_int8_dot_product() -> bool:
+    """VNNI (x86) or dot-product (ARM) instructions: int8 products summed without int16 saturation."""
+    flags = cpu_flags()
+    return flags is not None and bool(flags & _DQ_FLAGS)
+
+
 def adapt(param: Param) -> tuple[Param | None, str]:
     """The parameter as this CPU can run it (see Backend.adapt in tuner/backends/base.py)."""
     info = plugin_info()
