@@ -1,25 +1,9 @@
 """time_blocks and measure_paired on fake engines that advance a fake clock: exact arithmetic, no timing."""
 import pytest
 
+from clocks import FakeClock
 from tuner.measure.latency import LatencyProtocol, measure_latency
 from tuner.measure.paired import HOPELESS_ROUNDS, MIN_ROUNDS, OVERRUN, measure_paired, ratio_interval, time_blocks
-
-
-class FakeClock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def engine(self, *seconds: float):
-        """A call that takes seconds[i % len] on the i-th run: a steady engine, or one that load slows now and then."""
-        runs = [0]
-
-        def call():
-            self.t += seconds[runs[0] % len(seconds)]
-            runs[0] += 1
-        return call
 
 
 def test_steady_engines_converge_after_the_minimum_rounds_with_their_exact_ratio():

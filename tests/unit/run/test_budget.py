@@ -1,13 +1,6 @@
 """The trial budget of one run (tuner/run/workers.py), on a clock the test sets."""
+from clocks import FakeClock
 from tuner.run.workers import Budget
-
-
-class Clock:
-    def __init__(self):
-        self.t = 1000.0
-
-    def __call__(self):
-        return self.t
 
 
 def test_a_trial_count_is_taken_exactly():
@@ -16,7 +9,7 @@ def test_a_trial_count_is_taken_exactly():
 
 
 def test_the_deadline_ends_the_budget_at_its_second():
-    clock = Clock()
+    clock = FakeClock(1000.0)
     budget = Budget(None, 60.0, clock=clock)
     assert budget.take() and not budget.stopped()
     clock.t += 59.9
@@ -26,6 +19,6 @@ def test_the_deadline_ends_the_budget_at_its_second():
 
 
 def test_a_stop_ends_it_whatever_is_left():
-    budget = Budget(10, 3600.0, clock=Clock())
+    budget = Budget(10, 3600.0, clock=FakeClock(1000.0))
     budget.stop()
     assert budget.stopped() and not budget.take()
