@@ -22,7 +22,7 @@ from .problem import Problem
 from .report.variants import variant_lines
 from .sensitivity import DEFAULT_BUDGET, progress_printer, ranking_for_study
 from .space import ROUTE_KEY, LayerOverride, effective_encoding, layer_candidates
-from .variants import choose, float_settings, measure_variants, variant_setups
+from .variants import choose, carried_settings, measure_variants, variant_setups
 
 
 # No layer is ranked for a route whose fastest variant, every layer quantized, runs this much slower than
@@ -52,7 +52,7 @@ def override_ranking(problem: Problem, override: LayerOverride, evaluator: Evalu
     for i, row in enumerate(rows):
         row["chosen"] = i == pick
     common = {"backend": backend, "metric": problem.requirement.primary_metric, "variants": rows, "fp32_ms": measured["fp32_ms"],
-              "settings": float_settings(setups, problem), "analysis_builds": measured["builds"],
+              "settings": carried_settings(setups, problem), "analysis_builds": measured["builds"],
               "analysis_s": measured["seconds"]}
     first = {k: v for k, v in setups[0]["config"].items() if k != override.key}
     label = f"{backend} {first[ROUTE_KEY]}"

@@ -28,7 +28,7 @@ from .backends.tensorrt.routes import check_space_routes, format_json, format_ta
 from .sensitivity import analyze, greedy_float_set, progress_printer, quantizing_override, route_config, write_table
 from .space import layer_candidates, load_space, parse_set
 from .storage import default_url, load_study, local_storage_urls, migrate, open_for_reading
-from .variants import choose, float_settings, measure_variants, variant_setups
+from .variants import choose, carried_settings, measure_variants, variant_setups
 from .winner import export_winner, select_winner, verify_lines, verify_winner
 
 
@@ -217,7 +217,7 @@ def _sensitivity_variant(problem, route: dict, override, values: dict, evaluator
     for i, row in enumerate(rows):
         row["chosen"] = i == pick
     shown = {"variants": rows, "route": route, "backend": route.get("backend") or problem.space.backends[0], "fp32_ms": measured["fp32_ms"], "metric": problem.requirement.primary_metric,
-             "settings": float_settings(setups, problem)}
+             "settings": carried_settings(setups, problem)}
     print("\r" + "\n".join(variant_lines(override.name, shown, outcome=False)))
     if pick is None:
         failed = [r["failed"] for r in rows if "failed" in r]

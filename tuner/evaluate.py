@@ -23,7 +23,7 @@ from .measure.accuracy import compute_metrics, load_user_metric
 from .measure.latency import LatencyProtocol, measure_latency
 from .measure.guard import BaselineBand, guard_record
 from .measure.load import LoadMeter, wait_until_quiet
-from .measure.paired import measure_paired, relative_to, time_blocks
+from .measure.paired import SLOW_RUN, Clock, measure_paired, relative_to, stopped_at, time_blocks
 from .problem import Problem, ProblemSpec
 from .record import TrialRecord
 from .reference import reference_outputs
@@ -61,12 +61,36 @@ def build(problem: Problem, config: dict, workdir: str, on_phase: Phase = _no_ph
 
 def check_accuracy(problem: Problem, engine: Engine) -> tuple[dict, dict]:
     """Every metric on the validation batches (aggregate = worst output), plus the per-output table."""
-    outputs = [engine.run(b) for b in problem.batches]
-    refs = ensure_reference(problem)
+    metrics, per_output, _ = accuracy_within(problem, engine, None)
+    return metrics, per_output
+
+
+def accuracy_within(problem: Problem, engine: Engine, limit_ms: float | None,
+                    clock: Clock = time.perf_counter) -> tuple[dict, dict, float | None]:
+    """check_accuracy, ended after the first batch whose warm run takes longer than limit_ms: then the
+    metrics are those of the batches run so far, and the third value is that run's ms (else None). A
+    candidate that slow cannot win, and its check could take minutes: an int8 engine with f16 float parts
+    ran 84 s per inference on MiniLM-L3, and its 4-batch check took 5.5 minutes of the study."""
+    outputs, slow_ms = [], None
+    for i, batch in enumerate(problem.batches):
+        took = _ms(lambda: outputs.append(engine.run(batch)), clock)
+        if limit_ms is not None and took > limit_ms:
+            if i == 0:  # a first run may pay for lazy set-up: only a warm run counts
+                took = _ms(lambda: engine.run(batch), clock)
+            if took > limit_ms:
+                slow_ms = took
+                break
+    refs = ensure_reference(problem)[:len(outputs)]
     metrics, per_output = compute_metrics(outputs, refs)
     for spec in problem.requirement.user_metrics():
-        metrics[spec] = float(load_user_metric(spec)(outputs, refs, problem.batches))
-    return metrics, per_output
+        metrics[spec] = float(load_user_metric(spec)(outputs, refs, problem.batches[:len(outputs)]))
+    return metrics, per_output, slow_ms
+
+
+def _ms(call: Callable[[], object], clock: Clock) -> float:
+    t0 = clock()
+    call()
+    return (clock() - t0) * 1e3
 
 
 def _dir_bytes(path: str) -> int:
@@ -91,34 +115,26 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
     engine, backend, build_s = build(problem, config, out_dir, on_phase, study=study)
     base_engine, base_dir = None, None
     try:
-        on_phase("accuracy check")
-        metrics, per_output = check_accuracy(problem, engine)
-        call = engine.timed_call(problem.batches[0])
         if baseline is not None:
             base_dir = tempfile.mkdtemp(prefix="tuner-baseline-")
             base_engine, _, _ = build(problem, baseline, base_dir, lambda p: on_phase(f"baseline {p}"), study=study)
-        on_phase("waiting for the timing lock")
-        with device_lock(default_lock_path(backend.device)):
-            if when_busy == "wait":
-                wait_quiet(on_phase)
-            on_phase("timing")
-            window_start = time.time()
+        on_phase("accuracy check")
+        limit_ms = base_ms = None
+        if base_engine is not None and give_up_above:  # the slow-run limit of paired timing, on the check too
+            base_engine.run(problem.batches[0])
+            base_ms = _ms(lambda: base_engine.run(problem.batches[0]), time.perf_counter)
+            limit_ms = SLOW_RUN * give_up_above * base_ms
+        metrics, per_output, slow_ms = accuracy_within(problem, engine, limit_ms)
+        if slow_ms is not None:  # one run each is all there is to say, as in paired timing's warm-up
+            on_phase(f"a run took {slow_ms:.0f} ms, over {limit_ms:.0f} ms: it cannot win, not timed")
+            with LoadMeter() as meter:
+                latency, base_latency, relative = stopped_at(slow_ms, base_ms, "slow run")
+            window_start = window_end = time.time()
             retimed = 0
-            while True:
-                with LoadMeter() as meter:
-                    if base_engine is not None:
-                        latency, base_latency, relative = measure_paired(
-                            call, base_engine.timed_call(problem.batches[0]), protocol, give_up_above=give_up_above)
-                    else:
-                        latency, base_latency, relative = measure_latency(call, protocol), None, None
-                if (base_latency is None or band is None or band.holds(base_latency.median_ms)
-                        or when_busy != "wait" or retimed >= RETIMES):
-                    break
-                retimed += 1
-                on_phase(f"the baseline read {base_latency.median_ms:.1f} ms, outside its {band.low_ms:.1f}-"
-                         f"{band.high_ms:.1f} ms: timing again once the machine is quiet")
-                wait_quiet(on_phase)
-            window_end = time.time()
+        else:
+            timed = _timed(problem, engine, base_engine, backend, protocol, on_phase, when_busy, band,
+                           give_up_above, wait_quiet)
+            latency, base_latency, relative, meter, (window_start, window_end), retimed = timed
     finally:
         engine.close()
         if base_engine is not None:
@@ -138,6 +154,36 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
         timing="paired" if relative is not None else "alone", relative=relative.to_dict() if relative else None,
         baseline_latency=base_latency.to_dict() if base_latency else None, load=meter.load.to_dict(),
         baseline_guard=guard_record(band, base_latency.median_ms, retimed) if base_latency else None)
+
+
+def _timed(problem: Problem, engine: Engine, base_engine: Engine | None, backend: Backend,
+           protocol: LatencyProtocol | None, on_phase: Phase, when_busy: str, band: BaselineBand | None,
+           give_up_above: float | None, wait_quiet: Callable[[Phase], object]) -> tuple:
+    """measure()'s timing under the device's lock: (latency, baseline latency, relative, LoadMeter,
+    (window start, end), times retimed)."""
+    call = engine.timed_call(problem.batches[0])
+    on_phase("waiting for the timing lock")
+    with device_lock(default_lock_path(backend.device)):
+        if when_busy == "wait":
+            wait_quiet(on_phase)
+        on_phase("timing")
+        window_start = time.time()
+        retimed = 0
+        while True:
+            with LoadMeter() as meter:
+                if base_engine is not None:
+                    latency, base_latency, relative = measure_paired(
+                        call, base_engine.timed_call(problem.batches[0]), protocol, give_up_above=give_up_above)
+                else:
+                    latency, base_latency, relative = measure_latency(call, protocol), None, None
+            if (base_latency is None or band is None or band.holds(base_latency.median_ms)
+                    or when_busy != "wait" or retimed >= RETIMES):
+                break
+            retimed += 1
+            on_phase(f"the baseline read {base_latency.median_ms:.1f} ms, outside its {band.low_ms:.1f}-"
+                     f"{band.high_ms:.1f} ms: timing again once the machine is quiet")
+            wait_quiet(on_phase)
+        return latency, base_latency, relative, meter, (window_start, time.time()), retimed
 
 
 # ---------------------------------------------------------------- jobs: what runs in the isolated child

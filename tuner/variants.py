@@ -4,9 +4,9 @@ reduce-range, op types, calibration method), each with its error and a quick lat
 the layers are then ranked for.
 
 The option sets come from the backend (`route_variants(route, attention)`), are kept where the space
-offers them (a variant the study's trials cannot build is left out), and carry the backend's settings
-for the float parts of a quantized engine where the device has them (`quantized_float`: OpenVINO's bf16
-inference precision). Each build goes through the isolated evaluator and is timed in turn with the fp32
+offers them (a variant the study's trials cannot build is left out), and carry the settings an expert
+gives a quantized engine where the space offers them (the backend's `quantized_settings`: OpenVINO's bf16
+for the float parts, static shapes). Each build goes through the isolated evaluator and is timed in turn with the fp32
 engine (its ratio chooses the variant); one that fails is a row with its reason, never the end of the
 analysis. Measured rows are cached as they come (per model, data, route and
 variant list), so a killed analysis loses at most one build.
@@ -54,7 +54,7 @@ def variant_setups(problem: Problem, override: LayerOverride, route: str, backen
     be = get_backend(base.get(BACKEND) or problem.space.backends[0])
     wanted = list(getattr(be, "route_variants", lambda r, a: [{}])(base[ROUTE_KEY], has_attention(problem.model.proto)))
     varied = sorted({k for w in wanted for k in w})
-    extra = getattr(be, "quantized_float", {})
+    extra = getattr(be, "quantized_settings", {})
     out, seen = [], set()
     for w in wanted or [{}]:
         config, names = route_setup(problem, base[ROUTE_KEY], base.get(BACKEND), values, extra | w)
@@ -70,12 +70,12 @@ def variant_setups(problem: Problem, override: LayerOverride, route: str, backen
     return out
 
 
-def float_settings(setups: list[dict], problem: Problem) -> dict:
-    """The backend's settings for float parts that the variants' configs carry (e.g. inference_precision bf16)."""
+def carried_settings(setups: list[dict], problem: Problem) -> dict:
+    """The backend's quantized_settings that the variants' configs carry (e.g. inference_precision bf16)."""
     if not setups:
         return {}
     config = setups[0]["config"]
-    extra = getattr(get_backend(config.get(BACKEND) or problem.space.backends[0]), "quantized_float", {})
+    extra = getattr(get_backend(config.get(BACKEND) or problem.space.backends[0]), "quantized_settings", {})
     return {k: v for k, v in extra.items() if config.get(k) == v}
 
 

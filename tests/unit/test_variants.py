@@ -81,6 +81,7 @@ backend: openvino
 parameters:
   precision: {type: categorical, choices: [fp32, int8, int8-weight], default: fp32}
   inference_precision: {type: categorical, choices: [f32, bf16], default: f32}
+  static_shapes: {type: bool, default: false}
   int8_model_type: {type: categorical, choices: [none, transformer], default: none, when: {precision: [int8]}}
   int8_smooth_quant: {type: bool, default: true, when: {precision: [int8], int8_model_type: [transformer]}}
   int8_preset: {type: categorical, choices: [performance, mixed], default: performance, when: {precision: [int8], int8_model_type: [none]}}
@@ -134,7 +135,7 @@ def test_a_ranking_without_layers_asks_nothing(ov_space):
     assert normalize(ov_space, defaults_chooser(under), NODES, empty)["keep_float"] == []
 
 
-def test_the_greedy_trial_takes_the_variant_and_the_float_settings_by_config_key(ov_space):
+def test_the_greedy_trial_takes_the_variant_and_the_carried_settings_by_config_key(ov_space):
     values = {"precision": "int8", "keep_float/top_k": 2}
     params = params_for(ov_space, NODES, values, False, RANKING, VARIANT | {"inference_precision": "bf16"})
     assert params["int8_model_type"] == "transformer" and params["int8_smooth_quant"] is False
@@ -168,7 +169,7 @@ def test_the_variants_are_those_the_space_offers_with_bf16_float_parts_only_wher
                                                                                                   masked_attention_path):
     pytest.importorskip("openvino")
     from tuner.problem import load_problem
-    from tuner.variants import float_settings, variant_setups
+    from tuner.variants import carried_settings, variant_setups
 
     def setups(text, values=None):
         (tmp_path / "s.yaml").write_text(text)
@@ -179,7 +180,9 @@ def test_the_variants_are_those_the_space_offers_with_bf16_float_parts_only_wher
 
     problem, got = setups(OV_SPACE)  # loading adapts inference_precision to this CPU (no build)
     offers_bf16 = "bf16" in problem.space.param("inference_precision").choices
-    assert float_settings(got, problem) == ({"inference_precision": "bf16"} if offers_bf16 else {})
+    # an expert's settings where the space offers them: static shapes always here, bf16 where the CPU has it
+    assert carried_settings(got, problem) == {"static_shapes": True} | ({"inference_precision": "bf16"} if offers_bf16 else {})
+    assert all(s["config"]["static_shapes"] is True for s in got)
     assert got[0]["options"] == {"int8_model_type": "none", "int8_preset": "performance"}  # the space's defaults first
     kinds = [(s["options"]["int8_model_type"], s["options"].get("int8_smooth_quant"), s["layers"]) for s in got]
     # attention: TRANSFORMER variants with SmoothQuant off, one with it on, under which no layer stays in float
@@ -190,4 +193,7 @@ def test_the_variants_are_those_the_space_offers_with_bf16_float_parts_only_wher
     _, fixed = setups(OV_SPACE, {"int8_model_type": "transformer", "int8_smooth_quant": False})  # --set fixes them
     assert [s["options"]["int8_preset"] for s in fixed] == ["mixed", "performance"]
     problem, f32 = setups(OV_SPACE.replace("choices: [f32, bf16], default: f32", "choices: [f32], default: f32"))
-    assert float_settings(f32, problem) == {} and all(s["config"]["inference_precision"] == "f32" for s in f32)
+    assert carried_settings(f32, problem) == {"static_shapes": True}
+    assert all(s["config"]["inference_precision"] == "f32" for s in f32)
+    problem, pinned = setups(OV_SPACE, {"static_shapes": False})  # --set static_shapes=false wins over the expert
+    assert "static_shapes" not in carried_settings(pinned, problem) and not any(s["config"]["static_shapes"] for s in pinned)

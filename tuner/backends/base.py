@@ -105,9 +105,9 @@ class Backend(Protocol):
 #   the space's defaults) of a quantizing route, each built all-quantized before layers are ranked
 #   (tuner.variants); attention: the model has the scaled dot-product pattern (tuner.attention).
 #   Without it, a route has one variant: the space's defaults.
-# - `quantized_float: dict`: settings (config keys) for the float parts of a quantized engine where the
-#   adapted space offers them (OpenVINO: inference_precision bf16 on a CPU with BF16); the ranking and
-#   its enqueued greedy trial use them.
+# - `quantized_settings: dict`: settings (config keys) an expert gives a quantized engine where the
+#   adapted space offers them (OpenVINO: bf16 for the float parts on a CPU with BF16, static shapes); the
+#   variants, the ranking and its enqueued greedy trial use them.
 
 
 # name -> (module, class, the pip extra or package that brings its library)

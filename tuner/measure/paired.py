@@ -61,8 +61,9 @@ def _block(call: Call, runs: int, clock: Clock) -> list[float]:
 def _warm_up(calls: list[Call], warmup: int, clock: Clock, baseline: int,
              give_up_above: float | None) -> tuple[list[float], bool]:
     """Each engine's seconds per run over its warm-up, the baseline's first. With give_up_above, a
-    candidate's run slower than SLOW_RUN x give_up_above x the baseline's ends the warm-up at once:
-    returns (seconds per run, whether a candidate was that slow)."""
+    candidate's warm run (its second on: a first run may pay for lazy set-up) slower than SLOW_RUN x
+    give_up_above x the baseline's ends the warm-up at once: returns (seconds per run, whether a
+    candidate was that slow)."""
     per_run = [0.0] * len(calls)
     for i in [baseline] + [i for i in range(len(calls)) if i != baseline]:
         times = []
@@ -70,7 +71,8 @@ def _warm_up(calls: list[Call], warmup: int, clock: Clock, baseline: int,
             t0 = clock()
             calls[i]()
             times.append(clock() - t0)
-            if i != baseline and give_up_above and times[-1] > SLOW_RUN * give_up_above * per_run[baseline]:
+            if (i != baseline and give_up_above and len(times) > 1
+                    and times[-1] > SLOW_RUN * give_up_above * per_run[baseline]):
                 per_run[i] = times[-1]
                 return per_run, True
         per_run[i] = sum(times) / len(times)
@@ -110,7 +112,7 @@ def time_blocks(calls: list[Call], protocol: LatencyProtocol, baseline: int = -1
     baseline %= len(calls)
     start = clock()
     per_run_s, too_slow = _warm_up(calls, protocol.warmup, clock, baseline, give_up_above)
-    if too_slow:  # one run each is all there is to say: the ratio from the warm-up
+    if too_slow:  # one run each is all there is to say: the ratio from the warm-up (stopped_at)
         return [[[s * 1e3]] for s in per_run_s], False, "slow run"
     runs = _runs_per_block(per_run_s)
     samples: list[Rounds] = [[] for _ in calls]
@@ -142,6 +144,12 @@ def relative_to(samples: list[Rounds], baseline: int, converged: bool,
         out.append((summarize([x for r in s for x in r], converged),
                     RelativeLatency(ratio, lo, hi, len(s), converged, stopped)))
     return out
+
+
+def stopped_at(candidate_ms: float, baseline_ms: float, why: str) -> tuple[LatencyStats, LatencyStats, RelativeLatency]:
+    """measure_paired's answer from one run each, for a candidate stopped before its timing (`why`)."""
+    (cand, rel), (base, _) = relative_to([[[candidate_ms]], [[baseline_ms]]], 1, False, why)
+    return cand, base, rel
 
 
 def measure_paired(candidate: Call, baseline: Call, protocol: LatencyProtocol | None = None,

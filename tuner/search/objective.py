@@ -33,9 +33,11 @@ class CandidateEvaluator(Protocol):
 
 
 def baseline_band(trials: list, machine: dict) -> BaselineBand | None:
-    """The band of the baseline windows of the study's paired trials on this machine, disturbed ones left out."""
+    """The band of the baseline windows of the study's paired trials on this machine, disturbed ones and
+    those of a slow run (one baseline run, not a window) left out."""
     medians = [t.user_attrs["baseline_latency"]["median_ms"] for t in trials
                if t.user_attrs.get("baseline_latency") and not t.user_attrs.get(REUSED_FROM) and not disturbed(t)
+               and (t.user_attrs.get("relative") or {}).get("stopped") != "slow run"
                and same_machine(t.user_attrs.get(MACHINE) or {}, machine)]
     return BaselineBand.from_history(medians)
 

@@ -81,9 +81,16 @@ def test_one_run_far_slower_than_the_limit_ends_the_timing_at_once():
 
     cand, base, rel = measure_paired(slow, clock.engine(0.004), LatencyProtocol(warmup=5), clock=clock,
                                      give_up_above=1.5)
-    assert rel.stopped == "slow run" and len(slow_runs) == 1  # its first run, after the baseline's warm-up
+    assert rel.stopped == "slow run" and len(slow_runs) == 2  # its first warm run, after the baseline's warm-up
     assert rel.ratio == pytest.approx(100.0) and cand.median_ms == pytest.approx(400.0)
-    assert clock.t == pytest.approx(5 * 0.004 + 0.4)
+    assert clock.t == pytest.approx(5 * 0.004 + 2 * 0.4)
+
+
+def test_a_slow_first_run_alone_does_not_stop_the_timing():
+    clock = FakeClock()
+    cand, _, rel = measure_paired(clock.engine(0.4, 0.004, 0.004, 0.004, 0.004), clock.engine(0.004),
+                                  LatencyProtocol(warmup=5), clock=clock, give_up_above=1.5)
+    assert rel.stopped is None and rel.converged and cand.median_ms == pytest.approx(4.0)
 
 
 def test_no_timing_outlives_the_overrun_cap():

@@ -35,6 +35,9 @@ def test_the_band_comes_from_undisturbed_windows_on_this_machine():
     band = baseline_band(trials, MACHINE)
     assert band.windows == 3 and band.median_ms == 100.0
     assert baseline_band(trials[:2], MACHINE) is None  # two windows say nothing about the noise
+    # a slow run's baseline is one run outside the timing lock, not a window: it says nothing of the band
+    slow = _trial(4.0, 10.0, relative={"ratio": 4.0, "stopped": "slow run"})
+    assert baseline_band(trials + _study(slow).trials, MACHINE).windows == 3
 
 
 def test_give_up_is_past_the_best_trusted_feasible_ratio():
