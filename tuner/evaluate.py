@@ -142,10 +142,8 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
         if base_dir is not None:
             shutil.rmtree(base_dir, ignore_errors=True)
     feasible = problem.requirement.holds(metrics)
-    told = getattr(backend, "measured", None)  # optional: a backend that learns from its timed engines
-    if told is not None:
-        told(problem.model, BuildContext(out_dir, problem.shapes, cache_dir=cache.cache_dir(), study=study),
-             latency.median_ms, feasible)
+    backend.measured(problem.model, BuildContext(out_dir, problem.shapes, cache_dir=cache.cache_dir(), study=study),
+                     latency.median_ms, feasible)
     return TrialRecord(
         config=config, latency=latency.to_dict(), metrics=metrics, per_output=per_output,
         violations=problem.requirement.violations(metrics), feasible=feasible,
@@ -180,8 +178,8 @@ def _timed(problem: Problem, engine: Engine, base_engine: Engine | None, backend
                     or when_busy != "wait" or retimed >= RETIMES):
                 break
             retimed += 1
-            on_phase(f"the baseline read {base_latency.median_ms:.1f} ms, outside its {band.low_ms:.1f}-"
-                     f"{band.high_ms:.1f} ms: timing again once the machine is quiet")
+            on_phase(f"the baseline read {base_latency.median_ms:.1f} ms, above its band's {band.high_ms:.1f} ms: "
+                     "timing again once the machine is quiet")
             wait_quiet(on_phase)
         return latency, base_latency, relative, meter, (window_start, time.time()), retimed
 
@@ -255,12 +253,9 @@ def node_times_job(spec: dict, cache_dir: str, backend: str, on_phase: Phase = _
                    study: str = "") -> dict[str, float]:
     """Each node's share of the fp32 run time, from the backend's profiler; {} where it has none."""
     problem = _problem(spec, cache_dir)
-    profiler = getattr(get_backend(backend), "node_times", None)
-    if profiler is None:
-        return {}
     on_phase("profiling")
     with tempfile.TemporaryDirectory(prefix="tuner-prof-") as work:
-        return profiler(problem.model, problem.batches[:1], work)
+        return get_backend(backend).node_times(problem.model, problem.batches[:1], work)
 
 
 def confirm_job(spec: dict, cache_dir: str, configs: list[dict], baseline: int, rounds: int,

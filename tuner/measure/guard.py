@@ -1,8 +1,11 @@
 """The baseline guards every timing. Paired timing assumes that load moves the candidate and the baseline
 alike; with unequal thread counts it does not (a two-thread baseline beside a burner on one core read
 3x slow while a one-thread candidate did not, and the candidate was scored 7.3x). So each window's baseline
-median is held against the study's history of baseline windows: one far outside it was disturbed, and
-the candidate is not scored from it."""
+median is held against the study's history of baseline windows: one far above it was disturbed, and
+the candidate is not scored from it. Only above: load slows the baseline and flatters the candidate's
+ratio, while a baseline faster than the history is a quieter machine than before. A two-sided band read
+every quiet window of a study as disturbed once its first windows had been timed beside a test run (the
+band was drawn around them, and a disturbed window never joins the history that could correct it)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -34,7 +37,8 @@ class BaselineBand:
         return cls(mid, mid - half, mid + half, len(a))
 
     def holds(self, window_ms: float) -> bool:
-        return self.low_ms <= window_ms <= self.high_ms
+        """Not disturbed: at most the band's top (low_ms is shown, never a reason to refuse a window)."""
+        return window_ms <= self.high_ms
 
     def to_dict(self) -> dict:
         return asdict(self)

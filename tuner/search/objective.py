@@ -118,7 +118,7 @@ class Objective:
             trial.set_constraint(bound, value)
         error = min(float(rec.metrics.get(self.ctx.problem.requirement.primary_metric, 1e30)), 1e30)
         # Paired timing: the objective is the latency relative to the baseline timed in the same window; a
-        # window whose baseline fell outside its band scores the candidate against the band's median instead.
+        # window whose baseline fell above its band scores the candidate against the band's median instead.
         latency = rec.relative_latency if rec.relative_latency is not None else rec.median_ms
         if rec.disturbed:
             latency = rec.median_ms / rec.baseline_guard["band"]["median_ms"]

@@ -13,6 +13,7 @@ def test_a_quiet_history_gets_the_minimum_band_and_a_3x_window_is_disturbed():
     assert band.median_ms == pytest.approx(124.5)
     assert (band.low_ms, band.high_ms) == pytest.approx((124.5 * 0.75, 124.5 * 1.25))
     assert band.holds(150.0) and band.holds(100.0) and not band.holds(160.0)
+    assert band.holds(40.0)  # faster than the history: a quieter machine, not a disturbed window
     assert not band.holds(382.0)  # the window: a burner on one core, two-thread baseline
     assert guard_record(band, 382.0, 2) == {"band": band.to_dict(), "window_ms": 382.0, "disturbed": True, "retimed": 2}
     assert guard_record(band, 125.0, 0)["disturbed"] is False
