@@ -152,11 +152,10 @@ def check_backends(space: Space) -> tuple[Space, list[str]]:
                                                   if chooser.default in usable else usable[0]))
     backends = {n: get_backend(n) for n in usable}
     for name, backend in backends.items():
-        adapt = getattr(backend, "adapt", None)
-        for p in list(space.params) if adapt else []:
+        for p in list(space.params):
             if p.name == BACKEND or space.param(p.name) is None or name not in space.backends_of(p.when):
                 continue
-            new, reason = adapt(space.param(p.name))
+            new, reason = backend.adapt(space.param(p.name))
             space = space.with_param(p.name, new)
             if reason:
                 notes.append(f"{where}: {name} on this device: {reason}")
@@ -165,7 +164,7 @@ def check_backends(space: Space) -> tuple[Space, list[str]]:
             continue
         mine = [backends[n] for n in space.backends_of(p.when)]
         if not any(b.knows(p.key) for b in mine):
-            why = "; ".join(b.why_unknown(p.key) for b in mine if hasattr(b, "why_unknown"))
+            why = "; ".join(w for w in (b.why_unknown(p.key) for b in mine) if w)
             raise UserError(f"{space.path}: parameters.{p.name}: no backend of this space ({', '.join(b.name for b in mine)}) "
                             f"has such a setting{f' ({why})' if why else ''}; check the spelling "
                             "(tuner space MODEL lists a space's parameters)")

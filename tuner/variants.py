@@ -52,9 +52,9 @@ def variant_setups(problem: Problem, override: LayerOverride, route: str, backen
     fix what they name: a variant that sets another value is left out."""
     base, _ = route_setup(problem, route, backend, values)
     be = get_backend(base.get(BACKEND) or problem.space.backends[0])
-    wanted = list(getattr(be, "route_variants", lambda r, a: [{}])(base[ROUTE_KEY], has_attention(problem.model.proto)))
+    wanted = list(be.route_variants(base[ROUTE_KEY], has_attention(problem.model.proto)))
     varied = sorted({k for w in wanted for k in w})
-    extra = getattr(be, "quantized_settings", {})
+    extra = be.quantized_settings
     out, seen = [], set()
     for w in wanted or [{}]:
         config, names = route_setup(problem, base[ROUTE_KEY], base.get(BACKEND), values, extra | w)
@@ -75,7 +75,7 @@ def carried_settings(setups: list[dict], problem: Problem) -> dict:
     if not setups:
         return {}
     config = setups[0]["config"]
-    extra = getattr(get_backend(config.get(BACKEND) or problem.space.backends[0]), "quantized_settings", {})
+    extra = get_backend(config.get(BACKEND) or problem.space.backends[0]).quantized_settings
     return {k: v for k, v in extra.items() if config.get(k) == v}
 
 

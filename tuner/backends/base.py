@@ -5,14 +5,20 @@ engines. Nothing above this seam knows how an engine is built or which library b
 """
 from __future__ import annotations
 
+import abc
+import functools
 import importlib
+from importlib.metadata import entry_points
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..errors import UserError
 from ..model import ModelFile
+
+if TYPE_CHECKING:
+    from ..space import Param
 
 Batch = dict[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
@@ -57,78 +63,112 @@ class Engine(Protocol):
         """Free the engine's memory and threads."""
 
 
-@runtime_checkable
-class Backend(Protocol):
-    """An inference compiler as the tuner sees it."""
+class Backend(abc.ABC):
+    """An inference compiler as the tuner sees it. A backend subclasses this: the abstract methods are
+    what it must give; the hooks below them have defaults that mean "this backend has none"."""
 
     name: str  # the space file's `backend:`
     device: str  # the key of the timing lock: "cpu", "cuda:0"
     routes: tuple[str, ...]  # the precision routes it realises (the `precision` parameter's choices)
-    quantizing_routes: tuple[str, ...]  # routes that take a per-layer keep-in-float list
+    quantizing_routes: tuple[str, ...] = ()  # routes that take a per-layer keep-in-float list
     # What `precision: fp32` needs besides to compute in float32 throughout: a config that leaves a
     # precision hint out gets the library's own default, which may be lower (OpenVINO: bf16 on a CPU
     # with BF16; TensorRT and CUDA: TF32).
-    float32: dict
+    float32: dict = {}
+    # Settings (config keys) an expert gives a quantized engine where the adapted space offers them
+    # (OpenVINO: bf16 for the float parts on a CPU with BF16, static shapes); the route variants, the
+    # ranking and its enqueued greedy trial use them (tuner.variants).
+    quantized_settings: dict = {}
 
+    @abc.abstractmethod
     def versions(self) -> dict[str, str]:
         """Library versions: part of the machine fingerprint and of every build key."""
 
+    @abc.abstractmethod
     def device_info(self) -> dict:
         """What the device is (model, capabilities): timings from different devices never mix."""
 
+    @abc.abstractmethod
     def knows(self, parameter: str) -> bool:
         """Whether a space parameter name is one of this backend's build settings or route options."""
 
+    @abc.abstractmethod
     def build(self, model: ModelFile, config: dict, ctx: BuildContext) -> Engine:
         """Build the engine of `config` (a normalized space config) into ctx.workdir and load it."""
 
+    @abc.abstractmethod
     def load(self, engine_dir: str) -> Engine:
         """Load an engine that Engine.save wrote, with the settings it was built with."""
 
+    @abc.abstractmethod
     def usage(self, engine_dir: str) -> str:
         """A few lines of Python that load the saved engine with the backend's own library and run it on
         `inputs` (a dict of input name -> array), leaving the result in `outputs` (a list, in output order)."""
 
+    # ---- hooks: a backend overrides those it has
 
-# Optional hooks; a backend without them leaves them out:
-# - `node_times(model, batches, workdir) -> {node name: share of the run time}` for the sensitivity
-#   profile.
-# - `measured(model, ctx, median_ms, feasible)`, told after an engine in ctx.workdir was timed
-#   (tuner.evaluate.measure); TensorRT keeps the fastest feasible engine's tactics for later trials.
-# - `why_unknown(parameter) -> str`, what is wrong with a parameter knows() refused (one phrase).
-# - `adapt(param) -> (param or None, reason)`: the space parameter (tuner.space.Param, looked at by its
-#   config key) as this device can run it: choices that would build the same engine as another
-#   (a bf16 hint on a CPU without BF16) dropped, None for a parameter that changes nothing here, the
-#   default set to the library's own default on this device. `reason` says in one sentence what was
-#   dropped and why ("" when nothing was); it is shown to the user once.
-# - `route_variants(route, attention) -> [options]`: the accuracy-relevant option sets (config keys; {} =
-#   the space's defaults) of a quantizing route, each built all-quantized before layers are ranked
-#   (tuner.variants); attention: the model has the scaled dot-product pattern (tuner.attention).
-#   Without it, a route has one variant: the space's defaults.
-# - `quantized_settings: dict`: settings (config keys) an expert gives a quantized engine where the
-#   adapted space offers them (OpenVINO: bf16 for the float parts on a CPU with BF16, static shapes); the
-#   variants, the ranking and its enqueued greedy trial use them.
+    def node_times(self, model: ModelFile, batches: list[Batch], workdir: str) -> dict[str, float]:
+        """{node name: share of the run time} for the sensitivity profile; {}: no profiler."""
+        return {}
+
+    def measured(self, model: ModelFile, ctx: BuildContext, median_ms: float, feasible: bool) -> None:
+        """Told after the engine in ctx.workdir was timed (tuner.evaluate.measure); TensorRT keeps the
+        fastest feasible engine's tactics for later trials."""
+
+    def why_unknown(self, parameter: str) -> str:
+        """What is wrong with a parameter knows() refused (one phrase; "" when there is nothing to add)."""
+        return ""
+
+    def adapt(self, param: "Param") -> tuple["Param | None", str]:
+        """The space parameter (looked at by its config key) as this device can run it: choices that would
+        build the same engine as another (a bf16 hint on a CPU without BF16) dropped, None for a parameter
+        that changes nothing here, the default set to the library's own default on this device. The reason
+        says in one sentence what was dropped and why ("" when nothing was); it is shown to the user once."""
+        return param, ""
+
+    def route_variants(self, route: str, attention: bool) -> list[dict]:
+        """The accuracy-relevant option sets (config keys; {} = the space's defaults) of a quantizing
+        route, each built all-quantized before layers are ranked (tuner.variants); attention: the model
+        has the scaled dot-product pattern (tuner.attention). By default one: the space's defaults."""
+        return [{}]
 
 
-# name -> (module, class, the pip extra or package that brings its library)
-_REGISTRY: dict[str, tuple[str, str, str]] = {
+# The backends this package brings: name -> (module, class, the pip extra or package that brings its library).
+_BUILT_IN: dict[str, tuple[str, str, str]] = {
     "onnxruntime": ("tuner.backends.onnxruntime", "OnnxRuntimeBackend", "onnxruntime"),
     "onnxruntime-gpu": ("tuner.backends.onnxruntime_gpu", "OnnxRuntimeGpuBackend", "onnxruntime-gpu"),
-    "tensorrt": ("tuner.backends.tensorrt", "TensorRTBackend", "engine-tuner[tensorrt]"),
+    "tensorrt": ("tuner.backends.tensorrt.backend", "TensorRTBackend", "engine-tuner[tensorrt]"),
     "openvino": ("tuner.backends.openvino", "OpenVinoBackend", "engine-tuner[openvino]"),
 }
+# Other distributions add backends through this entry point group, without editing this package:
+#   [project.entry-points."engine_tuner.backends"]
+#   mybackend = "my_package.backend:MyBackend"      # a subclass of tuner.backends.base.Backend
+ENTRY_POINTS = "engine_tuner.backends"
+
+
+@functools.cache
+def _registry() -> dict[str, tuple[str, str, str]]:
+    """Every backend name -> (module, class, what to pip install): the built-in ones, then those that
+    installed distributions register (read once per process: scanning them takes milliseconds)."""
+    out = dict(_BUILT_IN)
+    for ep in entry_points(group=ENTRY_POINTS):
+        if ep.name not in out:  # a built-in name is never taken over
+            module, _, cls = ep.value.partition(":")
+            out[ep.name] = (module.strip(), cls.strip(), ep.dist.name if ep.dist else module.split(".")[0])
+    return out
 
 
 def known_backends() -> list[str]:
-    return sorted(_REGISTRY)
+    return sorted(_registry())
 
 
 def get_backend(name: str) -> Backend:
     """The backend called `name`, imported on first use; a one-line UserError for an unknown name or
     a missing library."""
-    if name not in _REGISTRY:
-        raise UserError(f"unknown backend {name!r}; known backends: {', '.join(known_backends())}")
-    module, cls, install = _REGISTRY[name]
+    registry = _registry()
+    if name not in registry:
+        raise UserError(f"unknown backend {name!r}; known backends: {', '.join(sorted(registry))}")
+    module, cls, install = registry[name]
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:
@@ -136,7 +176,11 @@ def get_backend(name: str) -> Backend:
             raise  # tuner's own code failed to import: a bug to see, never "not installed"
         raise UserError(f"backend {name}: its library is not installed ({exc.name or exc}); "
                         f"pip install \"{install}\"") from None
-    return getattr(mod, cls)()
+    backend = getattr(mod, cls)()
+    if not isinstance(backend, Backend):
+        raise UserError(f"backend {name}: {module}.{cls} is not a tuner.backends.base.Backend; "
+                        "subclass it (its abstract methods are what the tuner needs)")
+    return backend
 
 
 def _inside_tuner(exc: ImportError) -> bool:

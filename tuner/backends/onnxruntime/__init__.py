@@ -10,7 +10,7 @@ from typing import Any, Callable
 import onnxruntime as ort
 
 from ...model import ModelFile
-from ..base import Batch, BuildContext, Outputs
+from ..base import Backend, Batch, BuildContext, Outputs
 from .optimizers import is_optimizer, unknown_optimizer
 from .profile import node_time_shares
 from .quantize import QUANTIZING_ROUTES, ROUTE_DEFAULTS, ROUTES, apply_precision, route_variants
@@ -61,12 +61,11 @@ session = ort.InferenceSession("{dir}/model.onnx", so, providers=["CPUExecutionP
 outputs = session.run(None, inputs)  # inputs: {{input name: numpy array}}"""
 
 
-class OnnxRuntimeBackend:
+class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     device = "cpu"
     routes = ROUTES
     quantizing_routes = QUANTIZING_ROUTES
-    float32: dict = {}
 
     def versions(self) -> dict[str, str]:
         return {"onnxruntime": ort.__version__}

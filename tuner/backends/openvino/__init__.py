@@ -14,7 +14,7 @@ import openvino as ov
 
 from ...model import ModelFile
 from ...space import Param
-from ..base import Batch, BuildContext
+from ..base import Backend, Batch, BuildContext
 from . import device
 from .engine import USAGE, OpenVinoEngine, load_engine, write_config
 from .profile import node_time_shares
@@ -22,7 +22,7 @@ from .properties import DEVICE, FLOAT32, PROPERTIES, compile_properties
 from .quantize import QUANTIZING_ROUTES, ROUTE_DEFAULTS, ROUTES, apply_precision, route_variants
 
 
-class OpenVinoBackend:
+class OpenVinoBackend(Backend):
     name = "openvino"
     device = "cpu"
     routes = ROUTES
