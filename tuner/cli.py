@@ -7,6 +7,7 @@ import re
 import sys
 
 from . import __version__
+from .backends.tensorrt.cli import add_routes_parser
 from .errors import UserError
 
 
@@ -206,25 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_study_args(p)
     p.add_argument("--out", default="report.html", help="output HTML file (default report.html)")
     p.set_defaults(run="cmd_report")
-    _add_routes_parser(sub)
+    add_routes_parser(sub)  # provided by the TensorRT backend
     _add_cluster_parsers(sub)
     return ap
-
-
-def _add_routes_parser(sub) -> None:
-    p = sub.add_parser(
-        "routes", help="print TensorRT's build-route knob database (11.1+), like trtexec --helpBuildRoute",
-        description="Print the Global Performance Tuner's knob database of the installed TensorRT "
-                    "(IBuilderConfig.all_build_routes, TensorRT 11.1+; needs the GPU), or of a saved JSON file: "
-                    "as a table, as JSON, as space-file lines, or checked against a space file's route/ parameters.")
-    p.add_argument("model", nargs="?", help="the model (optional: the database belongs to the installed TensorRT "
-                                            "and GPU, and is the same for every model)")
-    p.add_argument("--knob", help="one knob, with or without its leading dash (default: every knob)")
-    p.add_argument("--json", action="store_true", help="print the JSON as IBuilderConfig.all_build_routes returns it (default: a table)")
-    p.add_argument("--yaml", nargs="*", metavar="KNOB", help="space-file parameters for these knobs (default when none named: all)")
-    p.add_argument("--space", help="check a space file's route/ parameters against the database (default: no check)")
-    p.add_argument("--from-file", metavar="JSON", help="read a saved database (tuner routes --json > FILE) instead of TensorRT (default: ask the installed TensorRT)")
-    p.set_defaults(run="cmd_routes")
 
 
 def _add_cluster_parsers(sub) -> None:
@@ -255,8 +240,9 @@ def _add_cluster_parsers(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(_normalize_argv(sys.argv[1:] if argv is None else argv))
     try:
-        commands = importlib.import_module(".commands", __package__)  # the heavy libraries load here
-        return getattr(commands, args.run)(args)
+        # "function" in commands.py, or "module:function" (a backend's own command); heavy libraries load here
+        module, _, function = args.run.rpartition(":")
+        return getattr(importlib.import_module(module or ".commands", __package__), function)(args)
     except UserError as exc:
         print(f"tuner: error: {exc}", file=sys.stderr)
         return 2

@@ -23,8 +23,6 @@ from .run.options import TuneOptions, engines_dir
 from .run.tune import TuneResult, describe_result, tune
 from .run.worker import run_worker, worker_name
 from .api import study_problem
-from .backends.tensorrt import TensorRTBackend
-from .backends.tensorrt.routes import check_space_routes, format_json, format_table, format_yaml, parse_knob_database, space_parameters
 from .sensitivity import analyze, greedy_float_set, progress_printer, quantizing_override, route_config, write_table
 from .space import layer_candidates, load_space, parse_set
 from .storage import default_url, load_study, local_storage_urls, migrate, open_for_reading
@@ -288,40 +286,3 @@ def cmd_report(args) -> int:
     return 0
 
 
-def _knob_database_text(from_file: str | None) -> str:
-    """The knob database JSON: a saved file, or the installed TensorRT's (one line when there is none)."""
-    if from_file:
-        try:
-            with open(from_file) as f:
-                return f.read()
-        except OSError as exc:
-            raise UserError(f"{from_file}: {exc.strerror}; pass a JSON file saved with `tuner routes --json > FILE`") from None
-    backend = TensorRTBackend()  # one line naming what to install when TensorRT or the GPU is missing
-    text = backend.knob_database_json()
-    if not text:
-        raise UserError(f"TensorRT {backend.trt.__version__} has no build routes here: they need TensorRT 11.1+ "
-                        "with the Global Performance Tuner (not in TensorRT-RTX or on Windows)")
-    return text
-
-
-def cmd_routes(args) -> int:
-    if args.model and not os.path.isfile(args.model):
-        raise UserError(f"{args.model}: no such model file")
-    text = _knob_database_text(args.from_file)
-    try:
-        if args.json:
-            print(format_json(text, args.knob))
-            return 0
-        db = parse_knob_database(text)
-        if args.space:
-            print(f"route/ parameters of {args.space} against the knob database (tuner {db.tuner_version}):")
-            for line in check_space_routes(load_space(args.space).params, db):
-                print(f"  {line}")
-        elif args.yaml is not None:
-            params, skipped = space_parameters(db, args.yaml or None)
-            print(format_yaml(params, db) + "".join(f"\n  # skipped {line}" for line in skipped))
-        else:
-            print(format_table(db, args.knob))
-    except ValueError as exc:
-        raise UserError(f"{args.from_file or 'all_build_routes'}: {exc}") from None
-    return 0

@@ -7,7 +7,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 
-from tuner.backends.tensorrt.precision import (apply_precision, emulate_bf16, output_is_float32, to_bf16, to_fp16,
+from tuner.backends.common.onnx_precision import (apply_precision, emulate_bf16, output_is_float32, to_bf16, to_fp16,
                                                to_int8_qdq)
 from tuner.demo import write_demo_model
 

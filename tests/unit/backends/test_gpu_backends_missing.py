@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 
 from tuner.backends.base import available_backends, get_backend, known_backends
-from tuner.backends.cuda_rt import load_runtime
+from tuner.backends.common.cuda_rt import load_runtime
 from tuner.backends.tensorrt.library import import_tensorrt
 from tuner.cli import main
 from tuner.errors import UserError
@@ -20,7 +20,7 @@ GPU_PROVIDERS = {"TensorrtExecutionProvider", "CUDAExecutionProvider"} & set(ort
 def test_both_are_registered_and_their_modules_import_without_their_libraries():
     assert {"tensorrt", "onnxruntime-gpu"} <= set(known_backends())
     import tuner.backends.onnxruntime_gpu  # noqa: F401  (no tensorrt, no GPU needed to import)
-    import tuner.backends.tensorrt  # noqa: F401
+    import tuner.backends.tensorrt.backend  # noqa: F401
 
 
 def test_no_tensorrt_package(monkeypatch):

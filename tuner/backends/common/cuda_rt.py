@@ -13,7 +13,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from ..errors import UserError
+from ...errors import UserError
 
 CUDA_HINT = 'pip install "cuda-python" (or a CUDA build of torch)'
 

@@ -27,10 +27,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ...data import Batch
 from ...model import constants_to_initializers, ensure_opset
-from ..onnxruntime.quantize import FP16_BLOCK_LISTS, BatchReader, quiet_tools
+from .calibration import FP16_BLOCK_LISTS, BatchReader, quiet_tools
 from .bf16 import bf16_bits_to_float32, float32_to_bf16_bits
 
 ROUTES = ("fp32", "fp16", "bf16", "int8")
+# The precision-route parameters these rewrites read: ONNX rewrites before parsing, so every supported
+# TensorRT (and ONNX Runtime's TensorRT/CUDA providers) has them.
+ROUTE_OPTIONS = ("precision", "lowp_block_list", "int8_per_channel", "int8_calibration", "int8_op_types")
 LOWP_ROUTES = ("fp16", "bf16")
 # Op types kept in float for fp16/bf16 by a space's `lowp_block_list` choice (the ORT backend's lists).
 BLOCK_LISTS = FP16_BLOCK_LISTS

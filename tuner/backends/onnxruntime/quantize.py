@@ -12,6 +12,7 @@ import onnx
 
 from ...data import Batch
 from ...model import constants_to_initializers, ensure_opset, save_model
+from ..common.calibration import FP16_BLOCK_LISTS, BatchReader, quiet_tools
 
 ROUTES = ("fp32", "int8-dynamic", "int8-static", "int4-weight", "fp16")
 QUANTIZING_ROUTES = ("int8-dynamic", "int8-static", "int4-weight")
@@ -26,7 +27,6 @@ ROUTE_DEFAULTS = {
 # recipe for transformers; it keeps an attention mask's Add and Softmax out of calibration (a mask of
 # -inf gives the histogram calibrators "range [-inf, inf] is not finite"). `all`: ORT's own set.
 QUANT_OP_TYPES = {"weights": ["MatMul", "Gemm", "Conv"], "all": None}
-FP16_BLOCK_LISTS = {"none": [], "norms": ["LayerNormalization"], "norms_softmax": ["LayerNormalization", "Softmax"]}
 
 logging.getLogger("onnxruntime.quantization").setLevel(logging.ERROR)
 
@@ -49,29 +49,6 @@ def _qtype(name: str):
     from onnxruntime.quantization import QuantType
 
     return getattr(QuantType, name)
-
-
-class BatchReader:
-    """CalibrationDataReader over a list of batches."""
-
-    def __init__(self, batches: list[Batch]):
-        self._it = iter(batches)
-
-    def get_next(self):
-        return next(self._it, None)
-
-
-@contextlib.contextmanager
-def quiet_tools():
-    """ORT's quantizers print calibration progress and warn through the root logger; keep the CLI readable."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            yield
-    finally:
-        root.setLevel(level)
 
 
 def apply_precision(

@@ -17,14 +17,13 @@ import onnxruntime as ort
 
 from ...errors import UserError
 from ...model import ModelFile, save_model
-from ..base import Batch, BuildContext, Outputs
-from ..cuda_rt import DeviceRuntime, load_runtime
+from ..base import Backend, Batch, BuildContext, Outputs
+from ..common.cuda_rt import DeviceRuntime, load_runtime
 from ..onnxruntime import OrtEngine
 from ..onnxruntime.session import adapt_feed, read_engine_dir, write_settings
-from ..tensorrt.knobs import ROUTE_OPTIONS
-from ..tensorrt.precision import ROUTES as TRT_ROUTES
-from ..tensorrt.precision import apply_precision
-from ..tensorrt.timing_cache import slug
+from ..common.onnx_precision import ROUTE_OPTIONS, apply_precision
+from ..common.onnx_precision import ROUTES as TRT_ROUTES
+from ..common.paths import slug
 from .providers import (CPU_EP, CUDA_EP, KNOWN, MIN_ORT, TRT_EP, make_gpu_session, ort_version, portable, provider_list,
                         split_options)
 
@@ -73,7 +72,7 @@ class OrtGpuEngine(OrtEngine):
         return call
 
 
-class OnnxRuntimeGpuBackend:
+class OnnxRuntimeGpuBackend(Backend):
     name = "onnxruntime-gpu"
     device = "cuda:0"
     routes = ROUTES

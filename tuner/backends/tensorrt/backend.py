@@ -15,14 +15,14 @@ from typing import Any
 
 from ...errors import UserError
 from ...model import ModelFile, save_model
-from ..base import BuildContext
+from ..base import Backend, BuildContext
 from . import timing_cache as tc
 from .build import CacheSetup, build_plan
-from ..cuda_rt import DeviceRuntime, load_runtime
+from ..common.cuda_rt import DeviceRuntime, load_runtime
 from .engine import CONFIG_FILE, PLAN_FILE, TrtEngine
 from .knobs import knows, split_config
 from .library import import_tensorrt, version_of
-from .precision import BLOCK_LISTS, ROUTES, apply_precision
+from ..common.onnx_precision import BLOCK_LISTS, ROUTES, apply_precision
 from .routes import KnobDatabase, parse_knob_database
 
 log = logging.getLogger("tuner.backends.tensorrt")
@@ -56,7 +56,7 @@ for host, ptr in zip(outs, out_ptrs):
 outputs = outs  # settings it was built with: {dir}/{config}"""
 
 
-class TensorRTBackend:
+class TensorRTBackend(Backend):
     name = "tensorrt"
     device = "cuda:0"
     routes = ROUTES

@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .bf16 import bf16_bits_to_float32, float32_to_bf16_bits
-from ..cuda_rt import DeviceRuntime, Graph
+from ..common.bf16 import bf16_bits_to_float32, float32_to_bf16_bits
+from ..common.cuda_rt import DeviceRuntime, Graph
 
 PLAN_FILE = "engine.plan"
 CONFIG_FILE = "tensorrt_config.json"

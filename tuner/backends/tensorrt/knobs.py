@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..common.onnx_precision import ROUTE_OPTIONS
 from .library import Version, format_version
 
 
@@ -55,8 +56,6 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          default=False),
 )}
 
-# Precision-route parameters: ONNX rewrites before parsing, so every supported TensorRT has them.
-ROUTE_OPTIONS = ("precision", "lowp_block_list", "int8_per_channel", "int8_calibration", "int8_op_types")
 
 
 def is_route_knob(name: str) -> bool:

@@ -26,14 +26,11 @@ import tempfile
 from typing import Any, Iterator
 
 from ...locks import device_lock
+from ..common.paths import slug
 
 TACTICS_FILE = "tactics.json"
 CACHE_FILE = "timing.cache"
 _KEY = re.compile(r"^0[xX][0-9a-fA-F]{32}$")  # str(TimingCacheKey): '0x' + 16 bytes in hex
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-").lower() or "x"
 
 
 def scope_dir(cache_dir: str, scope: str, trt_version: str, gpu: str) -> str:

@@ -1,5 +1,5 @@
-"""The CUDA runtime wrapper (tuner.backends.cuda_rt) without a GPU: the version text."""
-from tuner.backends.cuda_rt import cuda_version_text
+"""The CUDA runtime wrapper (tuner.backends.common.cuda_rt) without a GPU: the version text."""
+from tuner.backends.common.cuda_rt import cuda_version_text
 
 
 def test_cuda_version_text():

@@ -3,7 +3,7 @@ TensorRT: bf16 rounding to nearest even and the numpy types of each TensorRT dat
 import numpy as np
 import pytest
 
-from tuner.backends.tensorrt.bf16 import bf16_bits_to_float32, float32_to_bf16_bits
+from tuner.backends.common.bf16 import bf16_bits_to_float32, float32_to_bf16_bits
 from tuner.backends.tensorrt.engine import np_dtype, to_engine, to_float32
 
 
