@@ -25,13 +25,13 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tuner.demo import write_demo_model  # noqa: E402
-from tuner.evaluate import Evaluator  # noqa: E402
+from tuner.jobs import Evaluator  # noqa: E402
 from tuner.problem import config_from_sets, load_problem  # noqa: E402
 from tuner.run.options import TuneOptions  # noqa: E402
-from tuner.run.tune import tune  # noqa: E402
+from tuner.run.tune import tune_study  # noqa: E402
 from tuner.search.trials import analysis_cost, baseline_trial, was_busy  # noqa: E402
 from tuner.space import DEFAULT_SPACE  # noqa: E402
-from tuner.winner import verify_winner  # noqa: E402
+from tuner.verify import verify_winner  # noqa: E402
 
 
 def independent_space(work: str, base: str) -> str:
@@ -48,11 +48,11 @@ def independent_space(work: str, base: str) -> str:
 
 def run(strategy: str, args, work: str, space: str | None) -> dict:
     t0 = time.time()
-    result = tune(TuneOptions(study=strategy, model=args.model, storage=f"sqlite:///{work}/{strategy}.db", space=space,
+    result = tune_study(TuneOptions(study=strategy, model=args.model, storage=f"sqlite:///{work}/{strategy}.db", space=space,
                               data=args.data, shapes=args.shape, int_ranges=args.int_range, require=args.require,
                               seed=args.seed, n_trials=args.trials, quiet=True, progress=False))
     study = result.study
-    builds, seconds = analysis_cost(study.user_attrs["tuner_settings"])
+    builds, seconds = analysis_cost(study.user_attrs["tuner_settings"].get("rankings"))
     trials = study.get_trials(deepcopy=False)
     return {"study": study, "winner": result.winner, "wall_s": time.time() - t0, "analysis_builds": builds,
             "analysis_s": seconds, "failed": sum(1 for t in trials if t.state.name == "FAIL"),
@@ -88,7 +88,8 @@ def main(argv=None) -> int:
               f"{r['analysis_s']:.0f} s), failed {r['failed']}, pruned {r['pruned']}, busy {r['busy']}",
               file=sys.stderr, flush=True)
     first = runs[args.strategies[0]]["study"]
-    problem = load_problem(args.model, args.space, data=args.data, shapes=args.shape, int_ranges=args.int_range, require=args.require)
+    problem = load_problem(args.model, args.space, data=args.data, shapes=args.shape, int_ranges=args.int_range,
+                           require=args.require)
     ceiling = config_from_sets(problem, ["precision=int8-dynamic"]) | {"keep_float": []}
     configs = {"ORT defaults": baseline_trial(first).user_attrs["config"], "all-int8 ceiling": ceiling}
     configs |= {f"{s} winner": r["winner"]["config"] for s, r in runs.items() if r["winner"]}
@@ -97,7 +98,8 @@ def main(argv=None) -> int:
     metric = problem.requirement.primary_metric
     res = dict(zip(configs, final["results"]))
     ceiling_speed = 1.0 / res["all-int8 ceiling"]["relative"]["ratio"]
-    print(f"\nmodel {os.path.basename(args.model)}, space {os.path.basename(args.space)}, {args.require}, {args.trials} trials, seed {args.seed}; "
+    print(f"\nmodel {os.path.basename(args.model)}, space {os.path.basename(args.space)}, {args.require}, "
+          f"{args.trials} trials, seed {args.seed}; "
           f"re-timed side by side in one process (others used {final['load']['other_cores']:.2f} cores)\n")
     print(f"| engine | speedup over ORT defaults [95%] | {metric} | share of the all-int8 ceiling | layers in float | "
           "trials + analysis builds | study wall s |\n|---|---|---|---|---|---|---|")

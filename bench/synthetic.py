@@ -2,7 +2,7 @@
 what it costs is the sampler and the storage, the part of a study that is not the builds."""
 from __future__ import annotations
 
-from tuner.space import normalize, trial_chooser
+from tuner.configs import normalize, trial_chooser
 from tuner.search.objective import build_key
 from tuner.search.study import StudyContext
 
@@ -14,7 +14,7 @@ def synthetic_objective(ctx: StudyContext):
         config = normalize(problem.space, trial_chooser(trial), problem.graph_nodes)
         trial.set_user_attr("config", config)
         trial.set_user_attr("build_key", build_key(ctx.settings, config))
-        trial.set_user_attr("machine", ctx.settings["machine"])
+        trial.set_user_attr("machine", ctx.settings.machine)
         kept = len(config.get("keep_float", []))
         quant = config["precision"] != "fp32"
         # A made-up but structured landscape: quantizing is faster, keeping layers in float costs

@@ -4,19 +4,20 @@ from __future__ import annotations
 import optuna
 
 from .errors import UserError
+from .export import export_winner
 from .problem import Problem
 from .run.options import TuneOptions
-from .run.tune import TuneResult
-from .run.tune import tune as _tune
-from .search.settings import SETTINGS_ATTR, problem_spec
+from .run.tune import TuneResult, tune_study
+from .search.settings import SETTINGS_ATTR
+from .search.study import stored_settings
 from .storage import default_url
 from .storage import load_study as _load_study
-from .winner import export_winner, select_winner
+from .winner import select_winner
 
 
 def tune(model: str | None = None, study: str = "demo", **options) -> TuneResult:
     """Run (or resume) a study; keyword options are those of TuneOptions (= `tuner tune` flags)."""
-    return _tune(TuneOptions(study=study, model=model, **options))
+    return tune_study(TuneOptions(study=study, model=model, **options))
 
 
 def load_study(study: str, storage: str | None = None) -> optuna.Study:
@@ -26,10 +27,10 @@ def load_study(study: str, storage: str | None = None) -> optuna.Study:
 
 def study_problem(study: optuna.Study) -> Problem:
     """The problem a study tunes, loaded from its stored settings."""
-    settings = study.user_attrs.get(SETTINGS_ATTR)
-    if not settings:
+    settings = stored_settings(study)
+    if settings is None:
         raise UserError(f"study {study.study_name!r} was not made by engine-tuner (no {SETTINGS_ATTR})")
-    return problem_spec(settings).load()
+    return settings.spec.load(settings.requirement)
 
 
 def select(study: str, storage: str | None = None, top_k: int = 3) -> dict | None:

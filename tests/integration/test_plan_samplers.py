@@ -10,14 +10,24 @@ import time
 
 import optuna
 import pytest
-
 from plan_spaces import HELPED, conditional_params, parallel_params, space_of, synthetic_objective
-from tuner.search.plan_samplers import CONFIG_ATTR, INDEX_ATTR, KEY_ATTR, FastSampler, FullSampler, MixedSampler, make_plan_sampler
-from tuner.search.plans import activation, active_config, plan_key, plans_fast, plans_full
+
 from tuner.cli import main
+from tuner.configs import defaults_chooser, trial_params
+from tuner.search.plan_samplers import (
+    CONFIG_ATTR,
+    INDEX_ATTR,
+    KEY_ATTR,
+    FastSampler,
+    FullSampler,
+    MixedSampler,
+    make_plan_sampler,
+)
+from tuner.search.plans import activation, active_config, plan_key, plans_fast, plans_full
 from tuner.search.samplers import make_sampler
+from tuner.search.settings import StudySettings
 from tuner.search.trials import best_feasible, latency_of
-from tuner.space import SPACES_DIR, defaults_chooser, load_space, trial_params
+from tuner.space import SPACES_DIR, load_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 DEFAULTS = {"keep_float/top_k": 3}
@@ -196,7 +206,8 @@ def test_other_storages(tmp_path, storage):
     study = optuna.create_study(storage=store, sampler=sampler)
     study.optimize(synthetic_objective(space_of(params)), n_trials=500)
     got = [plan_key(c) for c in configs(study)]
-    assert len(got) == len(set(got)) == len(study.trials) == len(plans_fast(params)) + 10  # 18 in the product, 8 of them fast plans
+    # 18 in the product, 8 of them fast plans
+    assert len(got) == len(set(got)) == len(study.trials) == len(plans_fast(params)) + 10
     assert sampler.helped(study.trials) == HELPED
 
 
@@ -243,11 +254,14 @@ def test_workers_never_take_the_same_plan(tmp_path, kind, strategy, workers):
 
 def test_make_sampler_by_name():
     space = load_space(os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml"))
-    assert isinstance(make_sampler({"sampler": "fast"}, space), FastSampler)
-    assert isinstance(make_sampler({"sampler": "full"}, space), FullSampler)
-    mixed = make_sampler({"sampler": "mixed", "rankings": {"keep_float": {"cut": 4}}}, space)
+
+    def settings(**attrs):
+        return StudySettings.from_attrs(attrs)
+    assert isinstance(make_sampler(settings(sampler="fast"), space), FastSampler)
+    assert isinstance(make_sampler(settings(sampler="full"), space), FullSampler)
+    mixed = make_sampler(settings(sampler="mixed", rankings={"keep_float": {"cut": 4}}), space)
     assert isinstance(mixed, MixedSampler) and mixed.default_for("keep_float/top_k") == 4
-    assert isinstance(make_sampler({"sampler": "tpe", "seed": 1}, space), optuna.samplers.TPESampler)
+    assert isinstance(make_sampler(settings(sampler="tpe", seed=1), space), optuna.samplers.TPESampler)
 
 
 def test_fast_and_tpe_studies_on_the_demo_model(demo_path, tmp_path, monkeypatch):

@@ -7,8 +7,8 @@ import optuna
 from optuna.trial import TrialState
 
 from ..machine import machine_id
-from ..search.settings import SETTINGS_ATTR
 from ..search.failures import learnt_failures
+from ..search.settings import SETTINGS_ATTR, readable_settings
 from ..search.trials import baseline_trial, best_feasible, is_feasible, latency_of, speedup_of, was_busy, work_line
 from ..storage import local_path
 from .variants import rankings_lines
@@ -23,7 +23,7 @@ def _dir_bytes(path: str) -> int:
 
 def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) -> list[str]:
     trials = study.get_trials(deepcopy=False)
-    settings = study.user_attrs.get(SETTINGS_ATTR, {})
+    settings = readable_settings(study.user_attrs.get(SETTINGS_ATTR))
     by_state: dict[str, int] = {}
     for t in trials:
         by_state[t.state.name] = by_state.get(t.state.name, 0) + 1
@@ -31,12 +31,12 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
     feasible = [t for t in done if is_feasible(t)]
     reused = sum(1 for t in done if "reused_from" in t.user_attrs)
     lines = [f"study {study.study_name} in {url}",
-             f"model {settings.get('model_path')} (hash {settings.get('model_hash')}), requirement {settings.get('require') or 'none'}, "
-             f"objectives {settings.get('objectives')}, sampler {settings.get('sampler')}",
-             f"work: {work_line(trials, settings)}; timing {settings.get('timing', 'alone')}",
+             f"model {settings.model_path} (hash {settings.model_hash}), requirement {settings.requirement or 'none'}, "
+             f"objectives {settings.objectives.value}, sampler {settings.sampler}",
+             f"work: {work_line(trials, settings.rankings)}; timing {settings.timing.value}",
              "trials: " + (", ".join(f"{k.lower()} {v}" for k, v in sorted(by_state.items())) or "none")
              + f"; feasible {len(feasible)}, infeasible {len(done) - len(feasible)}, reused {reused}"]
-    lines += rankings_lines(settings.get("rankings"))
+    lines += rankings_lines(settings.rankings)
     busy = [t.number for t in done if was_busy(t)]
     if busy:
         lines.append(f"warning: {len(busy)} trial(s) were timed while other processes kept the machine busy "
@@ -50,7 +50,8 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
     if best is not None:
         up = speedup_of(best, base)
         speed = f" ({up:.2f}x baseline)" if up else ""
-        lines.append(f"best feasible: trial {best.number}, {latency_of(best):.2f} ms{speed}, precision {best.user_attrs['config'].get('precision')}")
+        lines.append(f"best feasible: trial {best.number}, {latency_of(best):.2f} ms{speed}, "
+                     f"precision {best.user_attrs['config'].get('precision')}")
     elif done:
         lines.append("best feasible: none - no trial meets the requirement yet")
     if done and len(study.directions) > 1:
@@ -109,9 +110,9 @@ def studies_rows(url: str, storage) -> list[str]:
     rows = []
     for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
         study = optuna.load_study(study_name=s.study_name, storage=storage)
-        settings = study.user_attrs.get(SETTINGS_ATTR, {})
+        settings = readable_settings(study.user_attrs.get(SETTINGS_ATTR))
         best = best_feasible(study)
         best_txt = f"best {latency_of(best):.2f} ms (trial {best.number})" if best else "no feasible trial"
-        rows.append(f"{s.study_name:20s} {s.n_trials:4d} trials  {os.path.basename(settings.get('model_path') or '?'):20s} "
+        rows.append(f"{s.study_name:20s} {s.n_trials:4d} trials  {os.path.basename(settings.model_path or '?'):20s} "
                     f"{best_txt}  [{url}]")
     return rows

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..measure.requirement import Requirement
-from ..search.settings import SETTINGS_ATTR
 from ..search.failures import learnt_failures
+from ..search.settings import SETTINGS_ATTR, StudySettings, readable_settings
 from ..search.trials import is_feasible, latency_of, relative_of, speedup_of, was_busy, work_line
 from .finalists import finalist_rows
 from .variants import variant_lines
@@ -28,17 +27,18 @@ class StudyView:
 
     study: optuna.Study
     trials: list[FrozenTrial]
-    settings: dict
+    settings: StudySettings
     bounds: list[tuple[str, float]]  # (metric, limit) of the requirement, primary first
     user_attrs: dict  # the study's, read with the trials
 
     @classmethod
-    def of(cls, study: "optuna.Study | StudyView") -> "StudyView":
+    def of(cls, study: optuna.Study | StudyView) -> StudyView:
         if isinstance(study, StudyView):
             return study
         attrs = study.user_attrs
-        settings = attrs.get(SETTINGS_ATTR) or {}
-        return cls(study, study.get_trials(deepcopy=False), settings, parse_bounds(settings.get("require")), attrs)
+        settings = readable_settings(attrs.get(SETTINGS_ATTR))
+        bounds = [(b.metric, b.limit) for b in settings.requirement.bounds]
+        return cls(study, study.get_trials(deepcopy=False), settings, bounds, attrs)
 
     @property
     def name(self) -> str:
@@ -69,7 +69,7 @@ class StudyView:
     @property
     def paired(self) -> bool:
         """Trials timed against the baseline (paired timing): their latency is a ratio to it."""
-        return self.settings.get("timing") == "paired"
+        return self.settings.paired
 
     @property
     def latency_label(self) -> str:
@@ -94,14 +94,6 @@ class StudyView:
 
     def trial(self, number: int) -> FrozenTrial | None:
         return next((t for t in self.trials if t.number == number), None)
-
-
-def parse_bounds(text: str | None) -> list[tuple[str, float]]:
-    """'cos<=0.005,l1<=0.1' -> [('cos', 0.005), ('l1', 0.1)] (no import of user metrics)."""
-    try:
-        return [(bd.metric, bd.limit) for bd in Requirement.parse(text, load_user_metrics=False).bounds]
-    except Exception:  # noqa: BLE001  a report still shows a study whose stored requirement no longer parses
-        return []
 
 
 def route_of(t: FrozenTrial) -> str:
@@ -218,15 +210,15 @@ def summary_rows(study) -> list[tuple[str, str]]:
         by_state[t.state.name.lower()] = by_state.get(t.state.name.lower(), 0) + 1
     feasible = view.feasible
     rows = [("study", view.name),
-            ("model", str(s.get("model_path", "?"))),
+            ("model", str(s.model_path or "?")),
             ("requirement", view.requirement or "none"),
-            ("objectives", str(s.get("objectives", ",".join(d.name.lower() for d in view.study.directions)))),
-            ("sampler", str(s.get("sampler", type(view.study.sampler).__name__))),
+            ("objectives", s.objectives.value),
+            ("sampler", s.sampler),
             ("trials by state", ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())) or "none"),
             ("feasible / infeasible", f"{len(feasible)} / {len(done) - len(feasible)}"
              + (" - no trial meets the requirement" if done and not feasible else "")),
-            ("work", work_line(trials, s) + f"; timing {s.get('timing', 'alone')}")]
-    for name, ranking in (s.get("rankings") or {}).items():  # the route variants before the layers (tuner.variants)
+            ("work", work_line(trials, s.rankings) + f"; timing {s.timing.value}")]
+    for name, ranking in (s.rankings or {}).items():  # the route variants before the layers (tuner.variants)
         lines = variant_lines(name, ranking)
         if lines:
             rows.append(("route variants", lines[0].rstrip(":")))
@@ -288,7 +280,7 @@ def summary_rows(study) -> list[tuple[str, str]]:
                    for t in trials if t.datetime_start and t.datetime_complete)
         rows.append(("total tuning time", f"{_fmt_s((max(ends) - min(starts)).total_seconds())} from the first trial's "
                                           f"start to the last trial's end ({_fmt_s(busy)} inside trials)"))
-    rows += [("note", note) for note in s.get("notes") or []]
+    rows += [("note", note) for note in s.notes]
     running = by_state.get("running", 0)
     if running:
         rows.append(("note", f"{running} trial(s) running: the study is still being tuned; this report is a snapshot"))

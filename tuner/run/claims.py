@@ -150,7 +150,7 @@ class TrialClaims:
         self.budget = budget
         self.other_machine = other_machine
         self.lock = ClaimLock(ctx.url, ctx.study.study_name)
-        self.mid = machine_id(ctx.settings["machine"])
+        self.mid = machine_id(ctx.settings.machine)
 
     def _stopped(self) -> bool:
         return self.budget is not None and self.budget.stopped()

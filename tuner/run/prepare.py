@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import asdict
+from dataclasses import replace
 
-from ..backends.base import get_backend
-from ..errors import UserError
-from ..search.enqueue import parse_enqueue
-from ..search.settings import check_data, check_inputs, given_settings, merge_settings, new_settings, problem_spec
-from ..search.study import StudyContext, create_or_resume, load_existing, stored_settings
-from ..problem import print_notes
 from ..analysis import ranking_notes, study_rankings
-from ..space import effective_encoding
+from ..backends.base import get_backend
+from ..choices import Timing
+from ..configs import effective_encoding
+from ..errors import UserError
+from ..problem import print_notes
+from ..search.enqueue import parse_enqueue
+from ..search.settings import check_data, check_inputs, given_settings, merge_settings, new_settings
+from ..search.study import StudyContext, create_or_resume, load_existing, stored_settings
 from ..storage import check_study_name, local_path, open_storage
 from .join import this_machine
 from .options import TuneOptions
@@ -52,28 +53,29 @@ def _open_study(opts: TuneOptions) -> StudyContext:
     settings = merge_settings(opts.study, stored, given, opts.force) if stored else new_settings(given)
     if stored:
         check_inputs(opts.study, settings, opts.force)
-    problem = problem_spec(settings).load()  # validates model, data, space and requirement before any write
+    # validates model, data and space before any write; the requirement was parsed once, into settings
+    problem = settings.spec.load(settings.requirement)
     if stored:
         check_data(opts.study, stored, problem.data_hash)
     parse_enqueue(problem, settings, opts.enqueue)  # refused here, before the study exists or anything is built
     print_notes(problem.notes)  # once the input is known good; before the sensitivity analysis, which can take minutes
-    settings["data_hash"] = problem.data_hash
-    settings["spec"] = asdict(problem_spec(settings))
-    settings["encoding"] = {o.name: effective_encoding(o, problem.graph_nodes) for o in problem.space.overrides}
-    settings["backend"] = ",".join(problem.space.backends)  # part of every build key
-    settings.setdefault("machine", this_machine(problem.space))
-    if stored is None and "timing" not in settings:  # a study made before paired timing keeps timing alone
-        settings["timing"] = "paired" if all(d == "cpu" for d in backend_devices_of(problem.space)) else "alone"
+    settings = replace(
+        settings, data_hash=problem.data_hash, backend=",".join(problem.space.backends),  # part of every build key
+        encoding={o.name: effective_encoding(o, problem.graph_nodes) for o in problem.space.overrides},
+        machine=settings.machine or this_machine(problem.space),
+        timing=settings.timing or (Timing.PAIRED if all(d == "cpu" for d in backend_devices_of(problem.space))
+                                   else Timing.ALONE))
     warm = warm_start(opts.warm_start, settings, problem.space) if opts.warm_start and stored is None else None
+    for_now = [settings.space_hash, problem.data_hash]
     if warm is not None and warm.rankings:  # the same model and data: the other study's ranking holds here
-        settings["rankings"], settings["rankings_for"] = warm.rankings, [settings.get("space_hash"), problem.data_hash]
-    if settings.get("rankings_for") != [settings.get("space_hash"), problem.data_hash]:  # once per space and data
-        settings["rankings"] = study_rankings(problem, opts.trial_timeout, opts.quiet, opts.sensitivity_budget or None)
-        settings["rankings_for"] = [settings.get("space_hash"), problem.data_hash]
-        print_notes(ranking_notes(settings["rankings"]))  # a route dropped from the analysis: said once
-    settings["notes"] = problem.notes + ranking_notes(settings.get("rankings"))  # the report says them too
+        settings = replace(settings, rankings=warm.rankings, rankings_for=for_now)
+    if settings.rankings_for != for_now:  # once per space and data
+        settings = replace(settings, rankings_for=for_now, rankings=study_rankings(
+            problem, opts.trial_timeout, opts.quiet, opts.sensitivity_budget or None))
+        print_notes(ranking_notes(settings.rankings))  # a route dropped from the analysis: said once
+    settings = replace(settings, notes=tuple(problem.notes + ranking_notes(settings.rankings)))  # the report says them too
     if warm is not None:
-        settings["warm_start"] = {"source": warm.source, "configs": len(warm.params),
-                                  "ranking_reused": bool(warm.rankings)}
-    study = create_or_resume(opts.study, storage, study, settings, problem)
+        settings = replace(settings, warm_start={"source": warm.source, "configs": len(warm.params),
+                                                 "ranking_reused": bool(warm.rankings)})
+    study, settings = create_or_resume(opts.study, storage, study, settings, problem)
     return StudyContext(study, settings, problem, opts.storage_url, warm.params if warm is not None else [])

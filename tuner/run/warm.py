@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 import optuna
 
 from ..errors import UserError
-from ..search.settings import SETTINGS_ATTR
+from ..search.settings import StudySettings
+from ..search.study import stored_settings
 from ..search.trials import completed, is_feasible, speed_key
 from ..space import Space
 from ..storage import default_url, load_study
@@ -32,14 +33,14 @@ def parse_source(text: str) -> tuple[str, str]:
     return name, url or default_url(name)
 
 
-def warm_start(text: str, settings: dict, space: Space) -> WarmStart:
+def warm_start(text: str, settings: StudySettings, space: Space) -> WarmStart:
     """What the study named by --warm-start gives this one (read only: nothing of it changes)."""
     name, url = parse_source(text)
     other = load_study(name, url, reading=True)
-    theirs = other.user_attrs.get(SETTINGS_ATTR) or {}
-    same_problem = (theirs.get("model_hash"), theirs.get("data_hash")) == (settings.get("model_hash"),
-                                                                        settings.get("data_hash"))
-    rankings = {k: v for k, v in (theirs.get("rankings") or {}).items() if k in {o.name for o in space.overrides}}
+    theirs = stored_settings(other, load_user_metrics=False)
+    same_problem = theirs is not None and (theirs.model_hash, theirs.data_hash) == (settings.model_hash, settings.data_hash)
+    rankings = {k: v for k, v in ((theirs.rankings if theirs else None) or {}).items()
+                if k in {o.name for o in space.overrides}}
     params = [_fitting(t, space, same_problem and bool(rankings)) for t in _top_trials(other)]
     return WarmStart(f"{name}@{url}", [p for p in params if p], rankings if same_problem and rankings else None)
 

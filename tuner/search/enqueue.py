@@ -3,10 +3,12 @@ backends each other backend's own defaults, the greedy float set of a sensitivit
 user's --enqueue configs."""
 from __future__ import annotations
 
+from ..configs import defaults_chooser, normalize, parse_set, trial_params
 from ..errors import UserError
 from ..problem import Problem
 from ..record import BASELINE, ENQUEUED
-from ..space import BACKEND, Space, defaults_chooser, normalize, parse_set, trial_params
+from ..space import BACKEND, Space
+from .settings import StudySettings
 from .study import StudyContext
 
 BASELINE_ENQUEUED = "baseline_enqueued"
@@ -24,17 +26,17 @@ def params_for(space: Space, graph_nodes: list, values: dict, grid: bool, rankin
 
 def baseline_params(ctx: StudyContext) -> dict:
     p = ctx.problem
-    return params_for(p.space, p.graph_nodes, {}, ctx.settings["sampler"] == "grid", ctx.settings.get("rankings"))
+    return params_for(p.space, p.graph_nodes, {}, ctx.settings.sampler == "grid", ctx.settings.rankings)
 
 
 def baseline_config(ctx: StudyContext) -> dict:
     """The config of the baseline (every parameter at its default: the backend's own choices), the one
     paired timing measures each candidate against."""
     p = ctx.problem
-    return normalize(p.space, defaults_chooser({}), p.graph_nodes, ctx.settings.get("rankings"))
+    return normalize(p.space, defaults_chooser({}), p.graph_nodes, ctx.settings.rankings)
 
 
-def parse_enqueue(problem: Problem, settings: dict, items: list[str]) -> list[dict]:
+def parse_enqueue(problem: Problem, settings: StudySettings, items: list[str]) -> list[dict]:
     """The parameters of each --enqueue config. Checked when the study is opened, before it is
     created, so a bad --enqueue leaves no study behind."""
     out = []
@@ -44,8 +46,8 @@ def parse_enqueue(problem: Problem, settings: dict, items: list[str]) -> list[di
             values = parse_set(sets, problem.space)
         except UserError as exc:
             raise UserError(str(exc).replace("--set", "--enqueue", 1)) from None
-        out.append(params_for(problem.space, problem.graph_nodes, values, settings["sampler"] == "grid",
-                              settings.get("rankings")))
+        out.append(params_for(problem.space, problem.graph_nodes, values, settings.sampler == "grid",
+                              settings.rankings))
     return out
 
 
@@ -57,8 +59,8 @@ def enqueue_initial(ctx: StudyContext, extra: list[str]) -> None:
     for the float parts it was measured with, e.g. OpenVINO's bf16 where the CPU has BF16), then any
     --enqueue configs."""
     study, problem = ctx.study, ctx.problem
-    grid = ctx.settings["sampler"] == "grid"
-    rankings = ctx.settings.get("rankings")
+    grid = ctx.settings.sampler == "grid"
+    rankings = ctx.settings.rankings
     queued = parse_enqueue(problem, ctx.settings, extra)
     if not study.user_attrs.get(BASELINE_ENQUEUED):
         study.enqueue_trial(baseline_params(ctx), user_attrs={BASELINE: True})

@@ -11,22 +11,21 @@ from typing import Protocol
 import optuna
 from optuna.trial import TrialState
 
+from ..configs import normalize, route_choice, trial_chooser
 from ..machine import same_machine
-from ..record import BUILD_KEY, CONFIG, FAIL_REASON, MACHINE, REUSED_FROM, TrialRecord
-from ..space import normalize, route_choice, trial_chooser
 from ..measure.guard import BaselineBand
-from .failures import (BUILD_CONSTRAINT, KNOWN_FAILURE, is_deterministic, is_timing_timeout, known_failure,
-                       record_failure)
+from ..record import BUILD_KEY, CONFIG, FAIL_REASON, MACHINE, REUSED_FROM, TrialRecord
+from .failures import BUILD_CONSTRAINT, KNOWN_FAILURE, is_deterministic, is_timing_timeout, known_failure, record_failure
 from .samplers import grid_space
+from .settings import StudySettings
 from .study import StudyContext
 from .trials import disturbed, is_feasible, is_trusted, relative_of
-
 
 GIVE_UP = 1.5  # a candidate known to be this much slower than the best feasible so far is not timed on
 
 
 class CandidateEvaluator(Protocol):
-    """What the objective needs of an evaluator (tuner.evaluate.Evaluator): build and measure one config."""
+    """What the objective needs of an evaluator (tuner.jobs.Evaluator): build and measure one config."""
 
     def measure(self, config: dict, out_dir: str, band: BaselineBand | None = None,
                 give_up_above: float | None = None) -> TrialRecord: ...
@@ -48,10 +47,10 @@ def give_up_ratio(trials: list) -> float | None:
     return GIVE_UP * min(ratios) if ratios else None
 
 
-def build_key(settings: dict, config: dict) -> str:
+def build_key(settings: StudySettings, config: dict) -> str:
     """Everything a build depends on: model, data, config, backend and library versions."""
-    payload = {"model": settings["model_hash"], "data": settings["data_hash"], "config": config,
-               "versions": settings["machine"]["versions"], "backend": settings["backend"]}
+    payload = {"model": settings.model_hash, "data": settings.data_hash, "config": config,
+               "versions": settings.machine["versions"], "backend": settings.backend}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
@@ -63,16 +62,16 @@ class Objective:
         self.evaluator = evaluator
         self.engines_dir = engines_dir
         self.keep_engines = keep_engines
-        self.grid_names = set(grid_space(ctx.problem.space)) if ctx.settings["sampler"] == "grid" else None
+        self.grid_names = set(grid_space(ctx.problem.space)) if ctx.settings.sampler == "grid" else None
 
     def __call__(self, trial: optuna.Trial):
         ctx = self.ctx
         config = normalize(ctx.problem.space, trial_chooser(trial, self.grid_names), ctx.problem.graph_nodes,
-                           ctx.settings.get("rankings"))
+                           ctx.settings.rankings)
         key = build_key(ctx.settings, config)
         trial.set_user_attr(CONFIG, config)
         trial.set_user_attr(BUILD_KEY, key)
-        trial.set_user_attr(MACHINE, ctx.settings["machine"])
+        trial.set_user_attr(MACHINE, ctx.settings.machine)
         prior = self._completed_with(key, trial.number)
         if prior is not None:
             trial.set_user_attr(REUSED_FROM, prior.user_attrs.get(REUSED_FROM, prior.number))
@@ -84,7 +83,7 @@ class Objective:
         out_dir = os.path.join(self.engines_dir, f"trial-{trial.number}")
         done = ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         try:
-            rec = self.evaluator.measure(config, out_dir, baseline_band(done, ctx.settings["machine"]),
+            rec = self.evaluator.measure(config, out_dir, baseline_band(done, ctx.settings.machine),
                                          give_up_ratio(done))
         except KeyboardInterrupt:  # Optuna fails the trial and re-raises; say why
             trial.set_user_attr(FAIL_REASON, "interrupted (Ctrl-C) during this trial")
@@ -130,6 +129,6 @@ class Objective:
         for t in self.ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             # a latency measured on another machine is no measurement for this one
             if t.user_attrs.get(BUILD_KEY) == key and t.number != number and same_machine(
-                    t.user_attrs.get(MACHINE) or {}, self.ctx.settings["machine"]):
+                    t.user_attrs.get(MACHINE) or {}, self.ctx.settings.machine):
                 return t
         return None

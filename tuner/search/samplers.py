@@ -5,9 +5,11 @@ import warnings
 
 import optuna
 
+from ..configs import grid_values
 from ..errors import UserError
-from ..space import Space, grid_values
+from ..space import Space
 from .plan_samplers import STRATEGIES, make_plan_sampler
+from .settings import StudySettings
 
 
 def grid_space(space: Space) -> dict[str, list]:
@@ -15,16 +17,16 @@ def grid_space(space: Space) -> dict[str, list]:
     return {p.name: grid_values(p) for p in space.params}
 
 
-def plan_defaults(settings: dict) -> dict:
+def plan_defaults(settings: StudySettings) -> dict:
     """Per-layer parameters whose default is not False, for the plan samplers: keep_float/top_k of a
     sensitivity ranking defaults to its greedy cut (tuner.space._ranked_choice)."""
-    return {f"{name}/top_k": r["cut"] for name, r in (settings.get("rankings") or {}).items()}
+    return {f"{name}/top_k": r["cut"] for name, r in (settings.rankings or {}).items()}
 
 
-def make_sampler(settings: dict, space: Space, worker: int = 0) -> optuna.samplers.BaseSampler:
+def make_sampler(settings: StudySettings, space: Space, worker: int = 0) -> optuna.samplers.BaseSampler:
     """worker: parallel workers get seed + worker, else they would all propose the same first configs.
     fast/full/mixed take no seed: their plans run in a fixed order, shared by the workers through the study."""
-    name, seed = settings["sampler"], settings.get("seed")
+    name, seed = settings.sampler, settings.seed
     if name in STRATEGIES:
         return make_plan_sampler(name, space.params, defaults=plan_defaults(settings))
     if seed is not None:

@@ -1,12 +1,17 @@
-"""A study's stored settings (the user attr `tuner_settings`): what the user gave, how a resume merges
-it with what is stored, and the problem spec it defines."""
+"""A study's record of what it was made with: one typed, frozen StudySettings, built once per command
+from what the user gave (`given`, checked here: the model hashed, the requirement parsed) or from the
+stored study (`from_attrs`), and stored as the study's user attr `tuner_settings` (`to_attrs`). How a
+resume merges the two, and the checks that the study's files are still its files."""
 from __future__ import annotations
 
 import hashlib
 import os
 import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 from .. import __version__
+from ..choices import SAMPLERS, Objectives, Timing, values
 from ..errors import UserError
 from ..measure.requirement import Requirement
 from ..model import model_hash
@@ -14,10 +19,11 @@ from ..problem import ProblemSpec
 from ..space import DEFAULT_SPACE
 
 SETTINGS_ATTR = "tuner_settings"
-OBJECTIVES = {"latency,error": ("latency", "error"), "latency": ("latency",)}
-SAMPLERS = ("tpe", "nsga2", "gp", "random", "grid", "fast", "full", "mixed")  # the last three: tuner.search.plan_samplers
-TIMINGS = ("paired", "alone")  # paired: each candidate timed alternately with the baseline (measure/paired.py)
-SPEC_FIELDS = ("space_path", "data", "calib_data", "shapes", "int_ranges", "require")
+# 2: StudySettings (flat, with "schema"); 1: the untyped dict before it, with a second copy of the problem
+# spec under "spec" (from_attrs reads both: the keys are the same).
+SCHEMA = 2
+# Settings a user gives that are part of the problem spec (the rest are the study's own).
+SPEC_KEYS = ("model_path", "space_path", "data", "calib_data", "shapes", "int_ranges")
 
 
 def file_hash(path: str) -> str:
@@ -29,9 +35,89 @@ def _abs(path: str | None) -> str | None:
     return os.path.abspath(path) if path else None
 
 
+@dataclass(frozen=True)
+class StudySettings:
+    """What a study was made with and for. Every command builds one, once: from the user's input
+    (new_settings, merge) or from the stored study (from_attrs)."""
+
+    spec: ProblemSpec  # the problem: model, space, data, shapes, requirement text (what child processes load)
+    requirement: Requirement
+    model_hash: str = ""
+    space_hash: str | None = None
+    data_hash: str | None = None
+    objectives: Objectives = Objectives.LATENCY_ERROR
+    sampler: str = "tpe"
+    seed: int | None = None
+    timing: Timing | None = None  # None until the study's backends decide (run/prepare.py)
+    backend: str = ""  # the space's backends, comma-separated: part of every build key
+    machine: dict = field(default_factory=dict)  # the fingerprint its trials are timed on
+    study_machine: dict | None = None  # a joining worker's study's machine, where `machine` is the worker's
+    encoding: dict = field(default_factory=dict)  # per-layer override -> its effective encoding
+    rankings: dict | None = None  # per override: the route variants and the layer ranking (tuner.analysis)
+    rankings_for: list | None = None  # [space hash, data hash] the rankings were made for
+    notes: tuple[str, ...] = ()  # what the user was told once about the problem and the analysis
+    warm_start: dict | None = None
+    sampler_options: dict = field(default_factory=dict)
+    created_with: str = __version__
+    created_at: float = 0.0
+
+    @property
+    def model_path(self) -> str:
+        return self.spec.model_path
+
+    @property
+    def space_path(self) -> str:
+        return self.spec.space_path or DEFAULT_SPACE
+
+    @property
+    def paired(self) -> bool:
+        return self.timing == Timing.PAIRED
+
+    def value(self, key: str) -> Any:
+        """A setting by its stored name (spec fields included), as `given` holds it."""
+        if key in SPEC_KEYS:
+            return getattr(self.spec, key)
+        return getattr(self, key)
+
+    def to_attrs(self) -> dict:
+        """The stored form: flat and JSON-able (the keys schema 1 had, without the spec's second copy)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("spec", "requirement")}
+        out |= {k: v for k, v in asdict(self.spec).items() if k in SPEC_KEYS}
+        out |= {"schema": SCHEMA, "require": str(self.requirement), "objectives": self.objectives.value,
+                "timing": self.timing.value if self.timing else None, "notes": list(self.notes)}
+        return out
+
+    @classmethod
+    def from_attrs(cls, attrs: dict, load_user_metrics: bool = True) -> StudySettings:
+        """A stored study's settings, schema 1 or 2. load_user_metrics=False: a report reads the stored
+        requirement without importing the user's metric modules."""
+        if attrs.get("schema", 1) > SCHEMA:
+            raise UserError(f"this study was written by a newer engine-tuner (settings schema {attrs['schema']}, "
+                            f"this one reads up to {SCHEMA}): pip install -U engine-tuner")
+        requirement = Requirement.parse(attrs.get("require") or "", load_user_metrics)
+        spec = ProblemSpec(**{k: attrs.get(k) for k in SPEC_KEYS}, require=str(requirement))
+        own = {f.name for f in fields(cls)} - {"spec", "requirement"}
+        kept = {k: v for k, v in attrs.items() if k in own and v is not None}
+        kept["objectives"] = Objectives(kept.get("objectives", Objectives.LATENCY_ERROR.value))
+        kept["timing"] = Timing(attrs.get("timing") or Timing.ALONE.value)  # a study made before paired timing
+        kept["notes"] = tuple(kept.get("notes", ()))
+        return cls(spec=spec, requirement=requirement, **kept)
+
+
+def readable_settings(attrs: dict | None) -> StudySettings:
+    """A study's settings as reports read them: user metrics not imported; a study engine-tuner did not make
+    reads as blank settings, and a stored requirement that no longer parses as none."""
+    attrs = attrs or {}
+    try:
+        return StudySettings.from_attrs(attrs, load_user_metrics=False)
+    except UserError:
+        return StudySettings.from_attrs({k: v for k, v in attrs.items() if k != "require"}, load_user_metrics=False)
+
+
 def given_settings(model=None, space=None, data=None, calib_data=None, shapes=None, int_ranges=None, require=None,
                    objectives=None, sampler=None, seed=None, timing=None) -> dict:
-    """The settings the user gave on this call, in stored form (None: not given)."""
+    """The settings the user gave on this call, by their stored names and in their typed form (a parsed
+    Requirement, Objectives, Timing), checked (None or empty: not given)."""
     given: dict = {}
     if model:
         if not os.path.isfile(model):
@@ -45,75 +131,85 @@ def given_settings(model=None, space=None, data=None, calib_data=None, shapes=No
         if value:
             given[name] = value
     if require:
-        given["require"] = str(Requirement.parse(require))
+        given["requirement"] = Requirement.parse(require)
     if objectives:
-        if objectives not in OBJECTIVES:
-            raise UserError(f"--objectives {objectives}: use one of {', '.join(OBJECTIVES)}")
-        given["objectives"] = objectives
+        given["objectives"] = _choice("--objectives", objectives, Objectives)
     if sampler:
-        if sampler not in SAMPLERS:
-            raise UserError(f"--sampler {sampler}: use one of {', '.join(SAMPLERS)}")
-        given["sampler"] = sampler
+        given["sampler"] = _choice("--sampler", sampler, SAMPLERS)
     if seed is not None:
         given["seed"] = seed
     if timing:
-        if timing not in TIMINGS:
-            raise UserError(f"--timing {timing}: use one of {', '.join(TIMINGS)}")
-        given["timing"] = timing
+        given["timing"] = _choice("--timing", timing, Timing)
     return given
 
 
-def new_settings(given: dict) -> dict:
+def _choice(flag: str, value: str, choices) -> Any:
+    if value not in values(choices):
+        raise UserError(f"{flag} {value}: use one of {', '.join(values(choices))}")
+    return choices(value) if isinstance(choices, type) else value
+
+
+def _with(settings: StudySettings, given: dict) -> StudySettings:
+    """settings with the given values (spec fields into the spec; the requirement's text too)."""
+    spec = replace(settings.spec, **{k: v for k, v in given.items() if k in SPEC_KEYS})
+    own = {k: v for k, v in given.items() if k not in SPEC_KEYS}
+    if "requirement" in own:
+        spec = replace(spec, require=str(own["requirement"]))
+    if "space_path" in given:
+        own["space_hash"] = file_hash(given["space_path"]) if os.path.isfile(given["space_path"]) else None
+    return replace(settings, spec=spec, **own)
+
+
+def new_settings(given: dict) -> StudySettings:
     if "model_path" not in given:
         raise UserError("a new study needs the model: tuner tune MODEL.onnx --study NAME")
-    settings = {"space_path": DEFAULT_SPACE, "data": None, "calib_data": None, "shapes": None, "int_ranges": None,
-                "require": "", "objectives": "latency,error", "sampler": "tpe", "seed": None}
-    settings.update(given)
-    settings["space_hash"] = file_hash(settings["space_path"]) if os.path.isfile(settings["space_path"]) else None
-    settings.update({"created_with": __version__, "created_at": time.time()})
-    return settings
+    blank = StudySettings(ProblemSpec(given["model_path"], space_path=DEFAULT_SPACE, require=""), Requirement(()),
+                          given["model_hash"], created_at=time.time())
+    return _with(blank, {"space_path": DEFAULT_SPACE} | given)
 
 
-def merge_settings(study_name: str, stored: dict, given: dict, force: bool) -> dict:
+def merge_settings(study_name: str, stored: StudySettings, given: dict, force: bool) -> StudySettings:
     """Resume with the stored settings; a given setting that differs is refused unless force."""
-    if "model_hash" in given and given["model_hash"] == stored["model_hash"]:
+    if "model_hash" in given and given["model_hash"] == stored.model_hash:
         given = {k: v for k, v in given.items() if k not in ("model_path", "model_hash")}  # same model, moved
     elif "model_hash" in given:  # its trials measured another model: --force cannot make them this one's
-        raise UserError(f"study {study_name!r} was made for another model ({stored.get('model_path')}, model_hash "
-                        f"{stored['model_hash']}; this one is {given['model_hash']}); its trials say nothing about "
+        raise UserError(f"study {study_name!r} was made for another model ({stored.model_path}, model_hash "
+                        f"{stored.model_hash}; this one is {given['model_hash']}); its trials say nothing about "
                         "this model, so --force cannot change it: use a new --study name")
-    diffs = [k for k, v in given.items() if stored.get(k) != v]
+    diffs = [k for k, v in given.items() if stored.value(k) != v]
+    # its trials' first objective is a ratio under one and milliseconds under the other
+    if "timing" in diffs and stored.timing is not None:
+        raise UserError(f"study {study_name!r} times its candidates {stored.timing.value}, not {given['timing'].value}: "
+                        "its trials' latencies would not compare, so --force cannot change it; use a new --study name")
     if diffs and not force:
         k = diffs[0]
-        raise UserError(f"study {study_name!r} was created with {k}={stored.get(k)!r}, not {given[k]!r}; "
-                        "use another --study name, or --force to change the study's settings")
-    merged = dict(stored)
-    merged.update(given)
-    if "space_path" in given:
-        merged["space_hash"] = file_hash(given["space_path"])
-    return merged
+        shown = {"requirement": "require"}.get(k, k)
+        raise UserError(f"study {study_name!r} was created with {shown}={_shown(stored.value(k))!r}, not "
+                        f"{_shown(given[k])!r}; use another --study name, or --force to change the study's settings")
+    return _with(stored, given)
 
 
-def problem_spec(settings: dict) -> ProblemSpec:
-    return ProblemSpec(settings["model_path"], **{k: settings.get(k) for k in SPEC_FIELDS})
+def _shown(value: Any) -> Any:
+    return value.value if isinstance(value, (Objectives, Timing)) else str(value) if isinstance(value, Requirement) else value
 
 
-def check_inputs(study_name: str, settings: dict, force: bool = False) -> None:
+def check_inputs(study_name: str, settings: StudySettings, force: bool = False) -> None:
     """The files the study was made for are still the same files. A changed space file may go on with
     --force; a changed model never (its trials measured the old one)."""
-    for path_key, hash_key, fn in (("model_path", "model_hash", model_hash), ("space_path", "space_hash", file_hash)):
-        path = settings[path_key]
+    for path, stored, fn, what in ((settings.model_path, settings.model_hash, model_hash, "model_hash"),
+                                   (settings.space_path, settings.space_hash, file_hash, "space_hash")):
         if not os.path.isfile(path):
-            raise UserError(f"study {study_name!r}: {path} is missing; pass the file again (tuner tune FILE --study {study_name})")
-        if settings.get(hash_key) and (hash_key == "model_hash" or not force) and fn(path) != settings[hash_key]:
-            fix = "use a new --study name" + (", or --force to continue with the new file" if hash_key != "model_hash" else
+            raise UserError(f"study {study_name!r}: {path} is missing; "
+                            f"pass the file again (tuner tune FILE --study {study_name})")
+        if stored and (what == "model_hash" or not force) and fn(path) != stored:
+            fix = "use a new --study name" + (", or --force to continue with the new file" if what != "model_hash" else
                                               " (--force cannot change a study's model)")
-            raise UserError(f"study {study_name!r}: {path} changed since the study began ({hash_key} differs); {fix}")
+            raise UserError(f"study {study_name!r}: {path} changed since the study began ({what} differs); {fix}")
 
 
-def check_data(study_name: str, settings: dict, data_hash: str) -> None:
+def check_data(study_name: str, settings: StudySettings, data_hash: str) -> None:
     """The validation and calibration data are the study's: its errors were measured on them (--force or not)."""
-    if settings.get("data_hash") not in (None, data_hash):
+    if settings.data_hash not in (None, data_hash):
         raise UserError(f"study {study_name!r}: the validation data here differ from the study's (data hash "
-                        f"{data_hash}, the study has {settings['data_hash']}); give the same --data/--shape/--int-range, "
+                        f"{data_hash}, the study has {settings.data_hash}); give the same --data/--shape/--int-range, "
                         "or use a new --study name for new data (--force cannot change them)")

@@ -2,17 +2,18 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import optuna
 
+from ..choices import Timing
 from ..errors import UserError
 from ..problem import Problem
 from .samplers import make_sampler, sampler_options
-from .settings import OBJECTIVES, SETTINGS_ATTR
+from .settings import SETTINGS_ATTR, StudySettings
 
-# The objective values, in the order OBJECTIVES lists them; under paired timing the first is a ratio.
-METRIC_NAMES = {"alone": ("latency_ms", "error"), "paired": ("latency_relative_to_baseline", "error")}
+# The objective values, in the order Objectives names them; under paired timing the first is a ratio.
+METRIC_NAMES = {Timing.ALONE: ("latency_ms", "error"), Timing.PAIRED: ("latency_relative_to_baseline", "error")}
 
 
 @dataclass
@@ -20,14 +21,14 @@ class StudyContext:
     """A study opened for tuning, with the problem it tunes."""
 
     study: optuna.Study
-    settings: dict
+    settings: StudySettings
     problem: Problem
     url: str
     warm_params: list[dict] = field(default_factory=list)  # another study's configs to try first (--warm-start)
 
     @property
     def objectives(self) -> tuple[str, ...]:
-        return OBJECTIVES[self.settings["objectives"]]
+        return self.settings.objectives.names
 
 
 def load_existing(name: str, storage) -> optuna.Study | None:
@@ -38,26 +39,29 @@ def load_existing(name: str, storage) -> optuna.Study | None:
         return None
 
 
-def stored_settings(study: optuna.Study | None) -> dict | None:
-    return study.user_attrs.get(SETTINGS_ATTR) if study is not None else None
+def stored_settings(study: optuna.Study | None, load_user_metrics: bool = True) -> StudySettings | None:
+    """The study's settings; None for no study, or one engine-tuner did not make."""
+    attrs = study.user_attrs.get(SETTINGS_ATTR) if study is not None else None
+    return StudySettings.from_attrs(attrs, load_user_metrics) if attrs else None
 
 
-def create_or_resume(name: str, storage, study: optuna.Study | None, settings: dict, problem: Problem) -> optuna.Study:
+def create_or_resume(name: str, storage, study: optuna.Study | None, settings: StudySettings,
+                     problem: Problem) -> tuple[optuna.Study, StudySettings]:
     """Create the study (objective directions from the settings) or give the existing one a fresh
     sampler; store the settings. Called once the problem has loaded, so bad input writes nothing."""
-    n_objectives = len(OBJECTIVES[settings["objectives"]])
+    n_objectives = len(settings.objectives.names)
     sampler = make_sampler(settings, problem.space)
     if study is None:
         study = optuna.create_study(study_name=name, storage=storage, directions=["minimize"] * n_objectives,
                                     sampler=sampler)
         with warnings.catch_warnings():  # "experimental"; it names the axes of Optuna's plots and the dashboard
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            names = METRIC_NAMES[settings.get("timing") or "alone"]
+            names = METRIC_NAMES[settings.timing or Timing.ALONE]
             study.set_metric_names(list(names[:n_objectives]))
     else:
         if len(study.directions) != n_objectives:
             raise UserError(f"study {name!r} has {len(study.directions)} objective(s); --objectives cannot change that")
         study.sampler = sampler  # the sampler's state is not stored: made again from the stored settings
-    settings["sampler_options"] = sampler_options(study.sampler)
-    study.set_user_attr(SETTINGS_ATTR, settings)
-    return study
+    settings = replace(settings, sampler_options=sampler_options(study.sampler))
+    study.set_user_attr(SETTINGS_ATTR, settings.to_attrs())
+    return study, settings

@@ -78,15 +78,15 @@ def closest_candidate(study: optuna.Study):
     return min(done, key=lambda t: (sum(max(0.0, v) for v in t.constraints.values()), speed_key(t)))
 
 
-def analysis_cost(settings: dict) -> tuple[int, float]:
-    """(builds, seconds) the study's per-layer sensitivity analysis took (0 where it came from the cache)."""
-    rankings = (settings or {}).get("rankings") or {}
+def analysis_cost(rankings: dict | None) -> tuple[int, float]:
+    """(builds, seconds) the study's analysis (its settings' rankings) took (0 where it came from the cache)."""
+    rankings = rankings or {}
     return (sum(r.get("analysis_builds", r.get("greedy_builds", 0)) for r in rankings.values()),
             sum(r.get("analysis_s", 0.0) for r in rankings.values()))
 
 
-def work_line(trials: list, settings: dict) -> str:
-    """"N trials + M analysis builds, T s": everything the study built."""
-    builds, seconds = analysis_cost(settings)
+def work_line(trials: list, rankings: dict | None) -> str:
+    """"N trials + M analysis builds, T s": everything the study built (rankings: its settings')."""
+    builds, seconds = analysis_cost(rankings)
     extra = f" + {builds} analysis builds ({seconds:.0f} s)" if builds else ""
     return f"{len(trials)} trials{extra}"

@@ -1,8 +1,8 @@
 """The finalists side by side (tuner.report.finalists) as tune and select print them: each one's
 timing, the winner and the baseline marked, a tie within noise said only when the CIs overlap."""
 import optuna
-
 from memory_studies import stats, winner
+
 from tuner.report.finalists import finalist_lines
 from tuner.run.tune import TuneResult, describe_result
 
@@ -32,3 +32,10 @@ def test_no_tie_is_claimed_when_the_cis_are_apart():
     assert len(lines) == 3 and not any(line.startswith("tie") for line in lines)
     finalists[1] = finalists[1] | stats(3.04, 0.05)
     assert "(the baseline)" in finalist_lines(winner(finalists, 7))[-1]
+
+
+def test_the_winner_line_shows_the_metrics_the_requirement_names_and_no_other():
+    finalists = [{"trial": 7, "baseline": False, "feasible": True} | stats(3.00, 0.05)]
+    won = winner(finalists, 7) | {"requirement": "rel_l2<=0.01", "confirmed_metrics": {"rel_l2": 0.004, "l2": 3.5}}
+    first = describe_result(TuneResult(optuna.create_study(), won, 0))[0]
+    assert "rel_l2=0.004" in first and " l2=" not in first  # "l2" is inside "rel_l2<=...", not named by it

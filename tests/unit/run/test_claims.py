@@ -21,10 +21,21 @@ from tuner.machine import machine_id
 from tuner.measure.latency import LatencyProtocol
 from tuner.record import BASELINE, BASELINE_MACHINE, MACHINE, RETRY_OF, WORKER
 from tuner.run import claims as claims_mod
-from tuner.run.claims import (CALIB_PREFIX, MAX_TRIALS_ATTR, PROTOCOL_ATTR, ClaimLock, TrialClaims, budget_counts,
-                              download_calibration, retried_numbers, store_run_settings, upload_calibration,
-                              worker_name)
-from tuner.run.workers import Budget
+from tuner.run.claims import (
+    CALIB_PREFIX,
+    MAX_TRIALS_ATTR,
+    PROTOCOL_ATTR,
+    ClaimLock,
+    TrialClaims,
+    budget_counts,
+    download_calibration,
+    retried_numbers,
+    store_run_settings,
+    upload_calibration,
+    worker_name,
+)
+from tuner.run.local_workers import Budget
+from tuner.search.settings import StudySettings
 from tuner.space import SPACES_DIR, load_space
 from tuner.storage import open_storage
 
@@ -71,7 +82,7 @@ def stored(url) -> optuna.Study:
 
 def context(url, study=None, calib_key="k"):
     """What TrialClaims reads of a StudyContext: the storage URL, the study, this machine, the problem."""
-    return SimpleNamespace(url=url, study=study or handle(url), settings={"machine": HERE, "sampler": "tpe"},
+    return SimpleNamespace(url=url, study=study or handle(url), settings=StudySettings.from_attrs({"machine": HERE}),
                            problem=SimpleNamespace(space=SMALL, graph_nodes=[], calib_key=calib_key))
 
 

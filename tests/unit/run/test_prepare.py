@@ -17,4 +17,4 @@ def test_a_new_study_names_its_objectives(objectives, timing, names, demo_path, 
     ctx = open_study(TuneOptions(study="s", model=demo_path, storage=f"sqlite:///{tmp_path}/s.db", shapes=["x=2x64x256"],
                                  objectives=objectives, timing=timing, space=small))
     assert ctx.study.metric_names == names
-    assert ctx.settings["notes"] == ctx.problem.notes and len(ctx.settings["notes"]) == 2
+    assert list(ctx.settings.notes) == ctx.problem.notes and len(ctx.settings.notes) == 2

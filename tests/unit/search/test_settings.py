@@ -10,10 +10,21 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tuner import __version__
+from tuner.choices import Objectives, Timing
 from tuner.errors import UserError
+from tuner.measure.requirement import Requirement
 from tuner.model import model_hash
-from tuner.search.settings import (check_data, check_inputs, file_hash, given_settings, merge_settings, new_settings,
-                                   problem_spec)
+from tuner.search.settings import (
+    SCHEMA,
+    StudySettings,
+    check_data,
+    check_inputs,
+    file_hash,
+    given_settings,
+    merge_settings,
+    new_settings,
+    readable_settings,
+)
 from tuner.space import DEFAULT_SPACE, SPACES_DIR
 
 SMALL = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")
@@ -57,8 +68,8 @@ def test_given_settings_are_stored_normalised_with_absolute_paths(work):
     assert given == {"model_path": str(work / "m.onnx"), "model_hash": model_hash(str(work / "m.onnx")),
                      "space_path": str(work / "space.yaml"), "data": str(work / "val.npz"),
                      "calib_data": str(work / "cal.npz"), "shapes": ["x=1"], "int_ranges": ["ids=0:9"],
-                     "require": "cos<=0.005,rel_l2<=0.01", "objectives": "latency", "sampler": "fast", "seed": 0,
-                     "timing": "alone"}
+                     "requirement": Requirement.parse("cos<=0.005,rel_l2<=0.01"), "objectives": Objectives.LATENCY,
+                     "sampler": "fast", "seed": 0, "timing": Timing.ALONE}
     assert given_settings() == {}  # nothing given: nothing to merge
     assert given_settings(seed=None, shapes=[], require="") == {}
 
@@ -67,19 +78,19 @@ def test_a_new_study_needs_the_model_and_takes_the_defaults(work):
     with pytest.raises(UserError, match=r"^a new study needs the model: tuner tune MODEL.onnx --study NAME$"):
         new_settings(given_settings(require="cos<=0.005"))
     settings = new_settings(given_settings(model="m.onnx"))
-    assert {k: settings[k] for k in ("space_path", "data", "calib_data", "shapes", "int_ranges", "require",
-                                     "objectives", "sampler", "seed", "created_with")} == {
+    assert {k: settings.to_attrs()[k] for k in ("space_path", "data", "calib_data", "shapes", "int_ranges", "require",
+                                                "objectives", "sampler", "seed", "created_with", "timing")} == {
         "space_path": DEFAULT_SPACE, "data": None, "calib_data": None, "shapes": None, "int_ranges": None,
-        "require": "", "objectives": "latency,error", "sampler": "tpe", "seed": None, "created_with": __version__}
-    assert settings["space_hash"] == file_hash(DEFAULT_SPACE)
-    mine = new_settings(given_settings(model="m.onnx", space="space.yaml", sampler="random"))
-    assert mine["space_path"] == str(work / "space.yaml") and mine["space_hash"] == file_hash("space.yaml")
-    assert mine["sampler"] == "random"
-    spec = problem_spec(mine)
-    assert spec.model_path == str(work / "m.onnx") and spec.space_path == str(work / "space.yaml")
+        "require": "", "objectives": "latency,error", "sampler": "tpe", "seed": None, "created_with": __version__,
+        "timing": None}  # decided by the study's backends once the problem has loaded (run/prepare.py)
+    assert settings.space_hash == file_hash(DEFAULT_SPACE) and settings.requirement == Requirement(())
+    mine = new_settings(given_settings(model="m.onnx", space="space.yaml", sampler="random", require="cos<=0.01"))
+    assert mine.space_path == str(work / "space.yaml") and mine.space_hash == file_hash("space.yaml")
+    assert mine.sampler == "random" and mine.spec.require == "cos<=0.01"  # the text child processes load
+    assert mine.spec.model_path == str(work / "m.onnx") and mine.spec.space_path == str(work / "space.yaml")
 
 
-def _stored(work) -> dict:
+def _stored(work) -> StudySettings:
     return new_settings(given_settings(model="m.onnx", space="space.yaml", require="cos<=0.005", seed=1))
 
 
@@ -98,12 +109,12 @@ def test_a_resume_keeps_what_is_stored_and_refuses_a_different_setting_without_f
 def test_force_changes_a_setting_and_a_new_space_file_is_hashed_again(work):
     stored = _stored(work)
     merged = merge_settings("s", stored, given_settings(require="cos<=0.01", sampler="random"), force=True)
-    assert merged == stored | {"require": "cos<=0.01", "sampler": "random"}
-    assert stored["require"] == "cos<=0.005"  # the stored dict is not changed in place
+    assert merged.to_attrs() == stored.to_attrs() | {"require": "cos<=0.01", "sampler": "random"}
+    assert str(stored.requirement) == "cos<=0.005"  # frozen: the stored settings are not changed in place
     (work / "other.yaml").write_text(open(SMALL).read() + "# another space\n")
     merged = merge_settings("s", stored, given_settings(space="other.yaml"), force=True)
-    assert merged["space_path"] == str(work / "other.yaml")
-    assert merged["space_hash"] == file_hash("other.yaml") != stored["space_hash"]
+    assert merged.space_path == str(work / "other.yaml")
+    assert merged.space_hash == file_hash("other.yaml") != stored.space_hash
 
 
 def test_another_model_is_refused_even_with_force(work):
@@ -114,7 +125,7 @@ def test_another_model_is_refused_even_with_force(work):
             merge_settings("s", stored, given_settings(model=other), force=force)
         msg = str(e.value)
         assert msg.startswith(f"study 's' was made for another model ({work / 'm.onnx'}, model_hash "
-                              f"{stored['model_hash']}; this one is {model_hash(other)})")
+                              f"{stored.model_hash}; this one is {model_hash(other)})")
         assert msg.endswith("so --force cannot change it: use a new --study name")
 
 
@@ -157,10 +168,53 @@ def test_check_inputs_says_which_file_is_missing(work):
 
 
 def test_check_data_refuses_other_data_whatever_the_force():
-    check_data("s", {}, "abc")  # a study made before data hashes were stored
-    check_data("s", {"data_hash": None}, "abc")
-    check_data("s", {"data_hash": "abc"}, "abc")
+    blank = StudySettings.from_attrs({})
+    check_data("s", blank, "abc")  # a study made before data hashes were stored
+    check_data("s", StudySettings.from_attrs({"data_hash": "abc"}), "abc")
     with pytest.raises(UserError) as e:
-        check_data("s", {"data_hash": "abc"}, "def")
+        check_data("s", StudySettings.from_attrs({"data_hash": "abc"}), "def")
     assert str(e.value).startswith("study 's': the validation data here differ from the study's (data hash def, "
                                    "the study has abc)")
+
+
+def test_the_timing_of_a_study_never_changes(work):
+    stored = merge_settings("s", _stored(work), given_settings(timing="paired"), force=True)
+    for force in (False, True):
+        with pytest.raises(UserError, match="times its candidates paired, not alone.*--force cannot change it"):
+            merge_settings("s", stored, given_settings(timing="alone"), force=force)
+
+
+def test_settings_round_trip_through_the_stored_form(work):
+    settings = merge_settings("s", _stored(work), given_settings(timing="paired", objectives="latency"), force=True)
+    attrs = settings.to_attrs()
+    assert attrs["schema"] == SCHEMA and "spec" not in attrs  # one copy of the problem spec, flat
+    assert attrs["require"] == "cos<=0.005" and attrs["timing"] == "paired" and attrs["objectives"] == "latency"
+    assert StudySettings.from_attrs(attrs) == settings
+
+
+# The settings a study made before StudySettings stored (schema 1): flat keys and a second copy of the spec.
+SCHEMA_1 = {"space_path": "/x/space.yaml", "data": None, "calib_data": None, "shapes": ["x=1"], "int_ranges": None,
+            "require": "cos<=0.005", "objectives": "latency,error", "sampler": "tpe", "seed": 3,
+            "model_path": "/x/m.onnx", "model_hash": "abc", "space_hash": "def", "created_with": "0.1.0",
+            "created_at": 1.0, "data_hash": "123", "backend": "onnxruntime", "machine": {"cpu": "x"},
+            "spec": {"model_path": "/x/m.onnx", "space_path": "/x/space.yaml", "require": "cos<=0.005",
+                     "n_batches": 4, "n_calib": 4}, "encoding": {}, "rankings": None, "notes": ["a note"],
+            "sampler_options": {"class": "TPESampler"}}
+
+
+def test_a_study_stored_before_the_typed_settings_reads_as_them():
+    settings = StudySettings.from_attrs(SCHEMA_1)
+    assert settings.spec.model_path == "/x/m.onnx" and settings.spec.shapes == ["x=1"] and settings.seed == 3
+    assert str(settings.requirement) == "cos<=0.005" and settings.spec.require == "cos<=0.005"
+    assert settings.timing == Timing.ALONE  # made before paired timing: no "timing" stored
+    assert settings.notes == ("a note",) and settings.machine == {"cpu": "x"}
+    with pytest.raises(UserError, match="newer engine-tuner"):
+        StudySettings.from_attrs(SCHEMA_1 | {"schema": SCHEMA + 1})
+
+
+def test_reports_read_any_study():
+    assert readable_settings(None).requirement == Requirement(())  # a study engine-tuner did not make
+    gone = readable_settings(SCHEMA_1 | {"require": "my_metrics:gone<=1"})  # a user metric no longer importable
+    assert [b.metric for b in gone.requirement.bounds] == ["my_metrics:gone"]
+    broken = readable_settings(SCHEMA_1 | {"require": "cos<"})
+    assert broken.requirement == Requirement(()) and broken.seed == 3
