@@ -5,19 +5,20 @@ requirements and backends get one line each). Nothing here builds or times an en
 """
 from __future__ import annotations
 
-import os
 import sys
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from . import data as data_mod
-from .backends.base import available_backends, get_backend, known_backends
+from .configs import defaults_chooser, normalize, parse_set, trial_params
 from .errors import UserError
 from .measure.requirement import Requirement
-from .model import ModelFile, TensorSpec, input_specs, load_model, model_hash, parse_shape_profile, resolve_shapes
-from .space import BACKEND, ROUTE_KEY, Space, defaults_chooser, load_space, normalize, parse_set, trial_params
+from .model import ModelFile, TensorSpec, input_specs, load_model, parse_shape_profile, resolve_shapes
+from .model import model_hash as hash_model
+from .space import BACKEND, Space, load_space
+from .space_backends import check_backends
 
 
 @dataclass
@@ -33,9 +34,13 @@ class ProblemSpec:
     require: str | None = None
     n_batches: int = 4
     n_calib: int = 4
+    # The model's hash as the process that validated it computed it: a child process given a loaded
+    # problem's spec trusts it, and skips the ONNX checker and hashing the model again (None: validate).
+    model_hash: str | None = None
 
-    def load(self) -> "Problem":
-        return load_problem(**asdict(self))
+    def load(self, requirement: Requirement | None = None) -> Problem:
+        """Load and validate; requirement: `require` already parsed (by the study's settings)."""
+        return load_problem(**asdict(self), requirement=requirement)
 
 
 @dataclass
@@ -61,6 +66,10 @@ class Problem:
     def model_hash(self) -> str:
         return self.model.hash
 
+    def backend_name(self, config: dict) -> str:
+        """The backend that builds `config`: its `backend` choice in a space over several, else the space's."""
+        return config.get(BACKEND) or self.space.backends[0]
+
     @property
     def graph_nodes(self) -> list[tuple[str, str]]:
         return self.model.nodes
@@ -74,12 +83,15 @@ class Problem:
 
 def load_problem(model_path: str, space_path: str | None = None, data: str | None = None, calib_data: str | None = None,
                  shapes: list[str] | None = None, int_ranges: list[str] | None = None, require: Any = None,
-                 n_batches: int = 4, n_calib: int = 4) -> Problem:
-    spec = ProblemSpec(model_path, space_path, data, calib_data, shapes, int_ranges,
-                       require if isinstance(require, (str, type(None))) else ",".join(require), n_batches, n_calib)
-    requirement = Requirement.parse(require)
+                 n_batches: int = 4, n_calib: int = 4, model_hash: str | None = None,
+                 requirement: Requirement | None = None) -> Problem:
+    """model_hash: trusted (ProblemSpec.model_hash); requirement: `require` already parsed."""
+    requirement = Requirement.parse(require) if requirement is None else requirement
     space, notes = check_backends(load_space(space_path))
-    proto = load_model(model_path)
+    proto = load_model(model_path, check=model_hash is None)
+    model_hash = model_hash or hash_model(model_path)
+    spec = ProblemSpec(model_path, space_path, data, calib_data, shapes, int_ranges, str(requirement) or None,
+                       n_batches, n_calib, model_hash)
     specs = input_specs(proto)
     profile = parse_shape_profile(shapes)
     ranges = data_mod.check_int_ranges(data_mod.parse_int_ranges(int_ranges), specs)
@@ -92,7 +104,7 @@ def load_problem(model_path: str, space_path: str | None = None, data: str | Non
     calib = data_mod.load_npz_batches(calib_data, specs) if calib_data else batches[:n_calib]
     data_hash = data_mod.batches_hash(batches) + data_mod.batches_hash(calib)[:8]
     notes += problem_notes(requirement, data, specs, ranges)
-    return Problem(spec, ModelFile(model_path, proto, model_hash(model_path)), space, batches, calib, data_hash,
+    return Problem(spec, ModelFile(model_path, proto, model_hash), space, batches, calib, data_hash,
                    requirement, concrete, notes)
 
 
@@ -121,60 +133,6 @@ def print_notes(notes: list[str]) -> None:
     """The problem's notes, as every command says them: once, on stderr."""
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-
-
-def check_backends(space: Space) -> tuple[Space, list[str]]:
-    """The space as this machine can run it, and notes for the user (one per dropped set).
-
-    The space's backends must exist. In a space over several backends, a backend whose library does
-    not import here is dropped from the `backend` choices with what depends on it; a space's only
-    backend must import. Each backend's optional `adapt` hook then drops the choices its device
-    cannot run. Every remaining parameter must be a setting of a backend it can be active with, and
-    every route one that backend realises."""
-    names = space.backends
-    unknown = [n for n in names if n not in known_backends()]
-    if unknown:
-        raise UserError(f"{space.path}: backend {unknown[0]!r} is unknown; known backends: {', '.join(known_backends())}")
-    usable = available_backends(names)
-    if not usable:
-        get_backend(names[0])  # raises the one line that says what to install
-    notes: list[str] = []
-    where = os.path.basename(space.path)
-    if len(usable) < len(names):
-        chooser = space.param(BACKEND)
-        for name in names:
-            if name not in usable:
-                try:
-                    get_backend(name)
-                except UserError as exc:
-                    notes.append(f"{where}: the {name} choices are left out: {exc}")
-        space = space.with_param(BACKEND, replace(chooser, choices=usable, default=chooser.default
-                                                  if chooser.default in usable else usable[0]))
-    backends = {n: get_backend(n) for n in usable}
-    for name, backend in backends.items():
-        for p in list(space.params):
-            if p.name == BACKEND or space.param(p.name) is None or name not in space.backends_of(p.when):
-                continue
-            new, reason = backend.adapt(space.param(p.name))
-            space = space.with_param(p.name, new)
-            if reason:
-                notes.append(f"{where}: {name} on this device: {reason}")
-    for p in space.params:
-        if p.name == BACKEND:
-            continue
-        mine = [backends[n] for n in space.backends_of(p.when)]
-        if not any(b.knows(p.key) for b in mine):
-            why = "; ".join(w for w in (b.why_unknown(p.key) for b in mine) if w)
-            raise UserError(f"{space.path}: parameters.{p.name}: no backend of this space ({', '.join(b.name for b in mine)}) "
-                            f"has such a setting{f' ({why})' if why else ''}; check the spelling "
-                            "(tuner space MODEL lists a space's parameters)")
-        if p.key == ROUTE_KEY:
-            routes = sorted({r for b in mine for r in b.routes})
-            bad = [c for c in p.choices or [] if c not in routes]
-            if bad:
-                raise UserError(f"{space.path}: parameters.{p.name}: unknown route {bad[0]!r}; "
-                                f"the routes are {', '.join(routes)}")
-    return space, notes
 
 
 def config_from_sets(problem: Problem, sets: list[str] | None) -> dict:

@@ -13,12 +13,12 @@ import os
 import queue as queue_mod
 import signal
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from optuna.trial import TrialState
 
-from ..evaluate import Evaluator
 from ..isolate import TrialFailure
+from ..jobs import Evaluator
 from ..search.enqueue import baseline_config
 from ..search.objective import Objective
 from ..search.study import StudyContext
@@ -79,8 +79,11 @@ class StopAfterNoImprovement:
 def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: list, claims=None) -> None:
     """One trial per optimize call, each claimed from the budget first (heartbeats need optimize),
     then from the study-wide budget under a database lock (run.claims.TrialClaims)."""
-    paired = ctx.settings.get("timing") == "paired"
-    evaluator = Evaluator(ctx.settings["spec"], opts.trial_timeout, opts.protocol, study=ctx.study.study_name,
+    paired = ctx.settings.paired
+    # One child process for the trials of this worker, kept while they succeed: it loads the problem once
+    # (the parent's checked spec: no checker, no hash again) instead of once per trial; a trial that
+    # crashes or hangs still fails alone, and the next one starts a fresh child.
+    evaluator = Evaluator(ctx.problem.spec, opts.trial_timeout, opts.protocol, persistent=True, study=ctx.study.study_name,
                           baseline=baseline_config(ctx) if paired else None, when_busy=opts.when_busy)
     objective = Objective(ctx, evaluator, engines_dir(ctx.study.study_name, ctx.url, opts.engines_dir), opts.keep_engines)
     claims = claims or TrialClaims(ctx, budget)
