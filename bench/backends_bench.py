@@ -33,15 +33,16 @@ import optuna
 
 from tuner.api import study_problem
 from tuner.backends.base import get_backend
+from tuner.configs import defaults_chooser, normalize
 from tuner.demo import write_demo_model
 from tuner.errors import UserError
-from tuner.evaluate import Evaluator
+from tuner.jobs import Evaluator
 from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
-from tuner.run.tune import tune
+from tuner.run.tune import tune_study
 from tuner.search.trials import baseline_trial, is_feasible, latency_of
-from tuner.space import SPACES_DIR, defaults_chooser, normalize
-from tuner.winner import verify_winner
+from tuner.space import SPACES_DIR
+from tuner.verify import verify_winner
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPACES = {"onnxruntime-cpu": "onnxruntime", "openvino-cpu": "openvino", "cpu": None}  # space -> its one backend
@@ -75,7 +76,7 @@ def run_study(space: str, model: str, inputs: dict, work: str, args) -> optuna.S
                        space=os.path.join(SPACES_DIR, f"{space}.yaml"), seed=args.seed, n_trials=args.trials,
                        protocol=LatencyProtocol(max_seconds=args.timing_s), quiet=True, progress=False, top_k=3,
                        **inputs)
-    return tune(opts).study
+    return tune_study(opts).study
 
 
 def study_seconds(study: optuna.Study) -> float:

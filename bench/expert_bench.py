@@ -34,11 +34,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from backends_bench import model_inputs, side_by_side  # noqa: E402
+
 from tuner.api import study_problem  # noqa: E402
 from tuner.backends.openvino.device import cpu_flags as _flags  # noqa: E402
+from tuner.configs import defaults_chooser, normalize  # noqa: E402
 from tuner.run.options import TuneOptions  # noqa: E402
-from tuner.run.tune import tune  # noqa: E402
-from tuner.space import SPACES_DIR, defaults_chooser, normalize  # noqa: E402
+from tuner.run.tune import tune_study  # noqa: E402
+from tuner.space import SPACES_DIR  # noqa: E402
 
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "avx512_fp16")
 
@@ -115,7 +117,7 @@ def bench_model(name: str, args) -> dict:
         study = optuna.load_study(study_name="default", storage=url)
     else:
         t0 = time.time()
-        study = tune(TuneOptions(study="default", model=model, storage=url, n_trials=args.trials, seed=args.seed,
+        study = tune_study(TuneOptions(study="default", model=model, storage=url, n_trials=args.trials, seed=args.seed,
                                  quiet=False, progress=False, space=os.path.join(SPACES_DIR, "cpu.yaml"),
                                  **inputs)).study
         wall = time.time() - t0

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import glob
 import os
-
-import numpy as np
 import subprocess
 import sys
 import tempfile
 import zipfile
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS_DIR = os.path.join(HERE, "models")

@@ -17,7 +17,7 @@ import time
 from tuner.demo import write_demo_model
 from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
-from tuner.run.tune import tune
+from tuner.run.tune import tune_study
 from tuner.search.trials import is_feasible
 
 
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
                            shapes=["x=8x64x256"], require="cos<=0.005", n_trials=args.n_trials, seed=0, jobs=jobs,
                            quiet=True, progress=False, select=False, protocol=LatencyProtocol(max_seconds=3))
         t0 = time.perf_counter()
-        result = tune(opts)
+        result = tune_study(opts)
         wall = time.perf_counter() - t0
         rates[jobs] = result.trials_run / wall * 3600
         feasible = sum(is_feasible(t) for t in result.study.trials)

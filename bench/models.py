@@ -1,10 +1,11 @@
 """Benchmark models built offline, random weights with a fixed seed, exported to ONNX:
 ResNet-18 and MobileNetV3-Small (the torchvision layer layouts, written out in bench/vision.py because
-the registry's torchvision wheel is linked against CUDA torch and does not import with the CPU build), and a BERT-style encoder (transformers' BertModel:
-6 layers, hidden 384, 12 heads, sequence 128). Real weights: `minilm`, the sentence encoder
-paraphrase-MiniLM-L3-v2 with real sentences as inputs (bench/encoder.py), and `ocr-rec`, PP-OCRv4's
-text recognizer from the rapidocr-onnxruntime wheel with rendered text lines as inputs
-(bench/fetch_models.py). The demo model (tuner.demo) and the PP-OCRv4 models need no torch. Needs the
+the registry's torchvision wheel is linked against CUDA torch and does not import with the CPU build),
+and a BERT-style encoder (transformers' BertModel: 6 layers, hidden 384, 12 heads, sequence 128).
+Real weights: `minilm`, the sentence encoder paraphrase-MiniLM-L3-v2 with real sentences as inputs
+(bench/encoder.py), and `ocr-rec`, PP-OCRv4's text recognizer from the rapidocr-onnxruntime wheel with
+rendered text lines as inputs (bench/fetch_models.py). The demo model (tuner.demo) and the PP-OCRv4
+models need no torch. Needs the
 `bench` extra: pip install -e ".[bench]"   (torch==2.13.0 is a CPU build)
 
   python bench/models.py bert           # prints the path (bench/models/bert-6x384.onnx)

@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tuner.demo import write_demo_model  # noqa: E402
-from tuner.evaluate import Evaluator  # noqa: E402
+from tuner.jobs import Evaluator  # noqa: E402
 from tuner.problem import config_from_sets, load_problem  # noqa: E402
 
 CONFIGS = {  # label -> --set values; the first is the baseline (ORT defaults)
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
             for mode in ("alone", "paired"):
                 ev = Evaluator(problem.spec, timeout_s=600, baseline=base if mode == "paired" else None)
                 row = []
-                for label, cfg in configs.items():
+                for _label, cfg in configs.items():
                     t0 = time.perf_counter()
                     rec = ev.measure(cfg, os.path.join(work, f"{mode}-{rep}-{len(row)}"))
                     seconds[mode].append(time.perf_counter() - t0)

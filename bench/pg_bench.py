@@ -27,6 +27,7 @@ sys.path.insert(0, HERE)
 REPO = os.path.dirname(HERE)
 
 from synthetic import synthetic_objective  # noqa: E402
+
 from tuner.space import SPACES_DIR  # noqa: E402
 
 SMALL_SPACE = open(os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")).read()
@@ -38,7 +39,8 @@ def _pg_url(given: str | None):
     if os.environ.get("TUNER_TEST_PG_URL"):
         return os.environ["TUNER_TEST_PG_URL"], False
     out = subprocess.run([os.path.join(REPO, "scripts", "dev-postgres"), "start"], capture_output=True, text=True,
-                         check=True, env=dict(os.environ, DEV_POSTGRES_STATE=os.path.join(tempfile.gettempdir(), f"pg-bench-{os.getpid()}.state")))
+                         check=True, env=dict(os.environ, DEV_POSTGRES_STATE=os.path.join(tempfile.gettempdir(),
+                                                                                          f"pg-bench-{os.getpid()}.state")))
     return out.stdout.strip(), True
 
 

@@ -21,12 +21,12 @@ import time
 
 import optuna
 
-from tuner.demo import write_demo_model
 from tuner.api import study_problem
-from tuner.evaluate import Evaluator
+from tuner.demo import write_demo_model
+from tuner.jobs import Evaluator
 from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
-from tuner.run.tune import tune
+from tuner.run.tune import tune_study
 from tuner.search.trials import baseline_trial, is_feasible, latency_of
 from tuner.space import SPACES_DIR
 
@@ -63,7 +63,7 @@ def run_study(kind: str, seed: int, model: str, work: str, budget: int, timing_s
     else:
         opts.sampler, opts.n_trials = ("tpe" if kind == "tuner" else "random"), budget
     t0 = time.time()
-    return tune(opts).study, t0
+    return tune_study(opts).study, t0
 
 
 def summarize_run(study: optuna.Study, t0: float) -> dict:
@@ -122,7 +122,8 @@ def main(argv=None) -> int:
                 runs[f"{kind}-{seed}"] = summarize_run(study, t0)
                 print(f"{model} {kind} seed {seed}: best {runs[f'{kind}-{seed}']['best_ms']} ms, "
                       f"{time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-        finalists = {"baseline": baseline_trial(study).user_attrs["config"]} | {k: r["config"] for k, r in runs.items() if r["config"] is not None}
+        finalists = ({"baseline": baseline_trial(study).user_attrs["config"]}
+                     | {k: r["config"] for k, r in runs.items() if r["config"] is not None})
         final = interleaved(study, finalists, work)
         for k, r in runs.items():
             r["final_ms"] = final.get(k)
@@ -152,7 +153,8 @@ def write_outputs(results: dict, out: str) -> None:
             rs = [r for k, r in res["runs"].items() if k.startswith(kind + "-")]
             lines.append(f"| {model} | {res['requirement']} | {kind} ({len(rs)} run{'s' if len(rs) > 1 else ''}) | "
                          f"{_med_range(r['final_speedup'] for r in rs)} | {_med_range(r['best_ms'] for r in rs)} | "
-                         f"{_med_range((r['trials_to_3pct'] for r in rs), '.0f')} | {_med_range((r['seconds_to_3pct'] for r in rs), '.0f')} | "
+                         f"{_med_range((r['trials_to_3pct'] for r in rs), '.0f')} | "
+                         f"{_med_range((r['seconds_to_3pct'] for r in rs), '.0f')} | "
                          f"{_med_range(((r['error'] or {}).get(primary) for r in rs), '.2g')} |")
     table = "\n".join(lines)
     print(table)

@@ -21,15 +21,14 @@ import tempfile
 import time
 
 import optuna
+from fetch_models import ocr_model
 
 from tuner.demo import write_demo_model
 from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
 from tuner.run.prepare import open_study
-from tuner.run.tune import tune
+from tuner.run.tune import tune_study
 from tuner.search.trials import baseline_trial, is_feasible, latency_of
-
-from fetch_models import ocr_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPACE = """\
@@ -73,12 +72,12 @@ def run_strategy(strategy: str, model: str, shapes, require, budget: int, seed: 
         f.write(SPACE.format(encoding=encoding))
     name = f"{strategy}-{seed}"
     opts = TuneOptions(study=name, model=model, storage=f"sqlite:///{work}/{name}.db", space=space, shapes=shapes,
-                       int_ranges=int_ranges, require=require, seed=seed, n_trials=budget, quiet=True, progress=False, select=False,
-                       protocol=LatencyProtocol(max_seconds=2))
+                       int_ranges=int_ranges, require=require, seed=seed, n_trials=budget, quiet=True, progress=False,
+                       select=False, protocol=LatencyProtocol(max_seconds=2))
     if strategy == "fallback":
         opts.sampler = "random"  # never used: the queue covers the budget
         opts.enqueue = fallback_configs(opts, budget)
-    return tune(opts).study
+    return tune_study(opts).study
 
 
 def fallback_configs(opts: TuneOptions, budget: int) -> list[str]:
@@ -143,7 +142,8 @@ def main(argv=None) -> int:
             rows.append(f"| {mname} | {strategy} | {seed} | {row['to_within_3pct'] or '-'} | "
                         + " | ".join(f"{speed[n]:.2f}x" if n in speed else "-" for n in (30, 60, 100))
                         + f" | {fewest if fewest is not None else '-'} | {extra} |")
-    print("| model | strategy | seed | trials to within 3% of best | speedup @30 | @60 | @100 | fewest float nodes (feasible int8) | note |")
+    print("| model | strategy | seed | trials to within 3% of best | speedup @30 | @60 | @100 | "
+          "fewest float nodes (feasible int8) | note |")
     print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     out = os.path.join(HERE, "results", "sensitivity.json")

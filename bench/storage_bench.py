@@ -16,13 +16,12 @@ import sys
 import tempfile
 
 import optuna
+from synthetic import synthetic_objective
 
 from tuner.demo import write_demo_model
 from tuner.run.join import join_study
 from tuner.run.options import TuneOptions
 from tuner.run.prepare import open_study
-
-from synthetic import synthetic_objective
 
 ENQUEUED = 8
 

@@ -18,17 +18,16 @@ import tempfile
 import time
 
 import optuna
+from synthetic import synthetic_objective
 
+from tuner.configs import layer_candidates
 from tuner.demo import write_demo_model
 from tuner.measure.latency import LatencyProtocol
-from tuner.space import layer_candidates
 from tuner.run.options import TuneOptions
 from tuner.run.prepare import open_study
-from tuner.run.tune import tune
+from tuner.run.tune import tune_study
 from tuner.search.enqueue import enqueue_initial
 from tuner.search.trials import baseline_trial, is_feasible, latency_of
-
-from synthetic import synthetic_objective
 
 
 def trials_to_within(study: optuna.Study, fraction: float = 0.03) -> tuple[int | None, float | None]:
@@ -52,7 +51,7 @@ def bench_demo(args) -> None:
                        require="cos<=0.005", n_trials=args.n_trials, seed=args.seed, quiet=True, progress=False,
                        protocol=LatencyProtocol(max_seconds=3))
     t0 = time.perf_counter()
-    result = tune(opts)
+    result = tune_study(opts)
     wall = time.perf_counter() - t0
     study = result.study
     base = baseline_trial(study)

@@ -15,7 +15,8 @@ def winner(finalists: list[dict], trial: int) -> dict:
     """The study's winner attr with `trial` among the finalists timed side by side."""
     own = next(f for f in finalists if f["trial"] == trial)
     base = next((f for f in finalists if f["baseline"]), None)
-    return {"trial": trial, "config": {"precision": "int8-dynamic"}, "confirmed_latency": {k: own[k] for k in own if k.endswith("_ms")},
+    return {"trial": trial, "config": {"precision": "int8-dynamic"},
+            "confirmed_latency": {k: own[k] for k in own if k.endswith("_ms")},
             "confirmed_metrics": {"cos": 1e-4}, "requirement": "cos<=0.005", "baseline_latency": base,
             "speedup": base["median_ms"] / own["median_ms"] if base else None, "finalists": finalists}
 

@@ -5,7 +5,8 @@ import time
 
 import optuna
 
-from tuner.space import Param, Space, normalize, trial_chooser
+from tuner.configs import normalize, trial_chooser
+from tuner.space import Param, Space
 
 
 def conditional_params() -> list[Param]:

@@ -13,17 +13,18 @@ import hashlib
 import json
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
+from .configs import effective_encoding, layer_candidates
 from .errors import UserError
-from .evaluate import Evaluator
 from .isolate import TrialFailure
+from .jobs import Evaluator
 from .problem import Problem
+from .progress import progress_printer
 from .report.variants import variant_lines
-from .sensitivity import DEFAULT_BUDGET, progress_printer, ranking_for_study
-from .space import ROUTE_KEY, LayerOverride, effective_encoding, layer_candidates
-from .variants import choose, carried_settings, measure_variants, variant_setups
-
+from .sensitivity import DEFAULT_BUDGET, ranking_for_study
+from .space import ROUTE_KEY, LayerOverride
+from .variants import carried_settings, choose, measure_variants, variant_setups
 
 # No layer is ranked for a route whose fastest variant, every layer quantized, runs this much slower than
 # the fp32 engine (timed in turn in one job: tuner.variants): keeping layers in float mostly adds float work

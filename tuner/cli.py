@@ -8,6 +8,7 @@ import sys
 
 from . import __version__
 from .backends.tensorrt.cli import add_routes_parser
+from .choices import SAMPLERS, WHEN_BUSY, Objectives, Timing, values
 from .errors import UserError
 
 
@@ -65,7 +66,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_problem_args(p: argparse.ArgumentParser, model_optional: bool = False) -> None:
     if model_optional:
-        p.add_argument("model", nargs="?", help="path of the .onnx model (needed to create a study; default on resume: the stored one)")
+        p.add_argument("model", nargs="?",
+                       help="path of the .onnx model (needed to create a study; default on resume: the stored one)")
     else:
         p.add_argument("model", help="path of the .onnx model")
     p.add_argument("--space", help="space file (YAML); default: search_spaces/cpu.yaml where OpenVINO is installed, "
@@ -109,33 +111,39 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help="run or resume a study: search for the fastest engine that meets the requirement")
     _add_problem_args(p, model_optional=True)
     _add_study_args(p)
-    p.add_argument("--n-trials", type=int, help="trials to run in this call (default: no limit; give it, --timeout or --max-trials)")
+    p.add_argument("--n-trials", type=int,
+                   help="trials to run in this call (default: no limit; give it, --timeout or --max-trials)")
     p.add_argument("--max-trials", type=_positive_int, metavar="N",
                    help="study-wide budget, stored in the study: every `tuner worker` stops once N trials finished "
                         "(default: none)")
-    p.add_argument("--timeout", type=parse_duration, help="stop starting trials after this long, e.g. 2h, 30m (default: no limit)")
-    p.add_argument("--objectives", help="latency,error (default: a Pareto front) or latency")
-    p.add_argument("--sampler", help="tpe (default), nsga2, gp, random, grid, or TensorRT's tuning strategies for any "
-                                     "backend: fast (the defaults, then one knob changed at a time), full (every "
-                                     "combination) or mixed (fast, then full over the knobs that helped)")
+    p.add_argument("--timeout", type=parse_duration,
+                   help="stop starting trials after this long, e.g. 2h, 30m (default: no limit)")
+    p.add_argument("--objectives", choices=values(Objectives), help="latency,error (default: a Pareto front) or latency")
+    p.add_argument("--sampler", choices=SAMPLERS,
+                   help="tpe (default), nsga2, gp, random, grid, or TensorRT's tuning strategies for any "
+                        "backend: fast (the defaults, then one knob changed at a time), full (every "
+                        "combination) or mixed (fast, then full over the knobs that helped)")
     p.add_argument("--seed", type=int, help="sampler seed (default: none, a random start)")
-    p.add_argument("--enqueue", action="append", help="a known config to try early, e.g. precision=int8-dynamic,dyn_per_channel=true "
-                                                      "(repeatable; default: only the baseline)")
+    p.add_argument("--enqueue", action="append",
+                   help="a known config to try early, e.g. precision=int8-dynamic,dyn_per_channel=true "
+                        "(repeatable; default: only the baseline)")
     p.add_argument("--force", action="store_true", help="accept changed settings (space, requirement, sampler) for an "
                                                         "existing study; a changed model or data needs a new study "
                                                         "(default: refuse any change)")
-    p.add_argument("--trial-timeout", type=parse_duration, default=600.0, help="time limit of one trial's build and measurement (default 600 s)")
+    p.add_argument("--trial-timeout", type=parse_duration, default=600.0,
+                   help="time limit of one trial's build and measurement (default 600 s)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="worker processes on this study (default 1): builds run in parallel, timing one at a time")
     p.add_argument("--stop-after-no-improvement", type=_positive_int, metavar="N",
                    help="stop after N trials without a better feasible latency (default: never)")
-    p.add_argument("--top-k", type=_positive_int, default=3, help="candidates re-timed side by side to pick the winner (default 3)")
+    p.add_argument("--top-k", type=_positive_int, default=3,
+                   help="candidates re-timed side by side to pick the winner (default 3)")
     p.add_argument("--no-select", action="store_true", help="skip the winner selection at the end (default: select)")
     p.add_argument("--max-timing-s", type=_positive_float, help="cap on one candidate's timing, seconds (default 10)")
-    p.add_argument("--timing", choices=["paired", "alone"],
+    p.add_argument("--timing", choices=values(Timing),
                    help="paired: time each candidate alternately with the baseline and rank by the ratio (default on "
                         "CPU backends; stored in the study); alone: time each candidate by itself")
-    p.add_argument("--when-busy", choices=["warn", "wait"], default="warn",
+    p.add_argument("--when-busy", choices=WHEN_BUSY, default="warn",
                    help="when other processes keep the machine busy: warn (default: mark the trial) or wait for quiet")
     p.add_argument("--warm-start", metavar="OTHER[@URL]",
                    help="a new study begins with another study's best configs, winner first, re-measured here, and "
@@ -143,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sensitivity-budget", type=int, default=150, metavar="BUILDS",
                    help="cap on the builds of the per-layer sensitivity analysis (default 150; 0: no cap): above it, "
                         "layer groups are ranked first, then the layers inside the groups that matter")
-    p.add_argument("--keep-engines", action="store_true", help="keep every trial's engine on disk (default: none kept; export rebuilds)")
+    p.add_argument("--keep-engines", action="store_true",
+                   help="keep every trial's engine on disk (default: none kept; export rebuilds)")
     p.add_argument("--engines-dir", help="where trial engines are built (default next to the study database)")
     p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
     p.set_defaults(run="cmd_tune")
@@ -185,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(default: the space's only backend)")
     p.add_argument("--route", help="quantizing route (default: the backend's first: int8-dynamic for onnxruntime, "
                                    "int8 for openvino; also int8-static, int4-weight)")
-    p.add_argument("--set", action="append", help="route option, e.g. dyn_per_channel=true (repeatable; default: the route's defaults)")
+    p.add_argument("--set", action="append",
+                   help="route option, e.g. dyn_per_channel=true (repeatable; default: the route's defaults)")
     p.add_argument("--groups", metavar="PATTERN", help="rank groups of nodes by a regex with one capture group, e.g. "
                                                        "'^(block\\d+)/' (default: one candidate per node)")
     p.add_argument("--greedy", action="store_true",
@@ -218,15 +228,17 @@ def _add_cluster_parsers(sub) -> None:
     p.add_argument("--storage", required=True, help="storage URL, e.g. postgresql+psycopg://user:pw@host:5432/db (required)")
     p.add_argument("--n-trials", type=_positive_int, help="at most this many trials from this worker (default: no limit)")
     p.add_argument("--timeout", type=parse_duration, help="stop starting trials after this long, e.g. 2h (default: no limit)")
-    p.add_argument("--model", help="the study's model file here, where its stored path differs (same content; default: the stored path)")
+    p.add_argument("--model",
+                   help="the study's model file here, where its stored path differs (same content; default: the stored path)")
     p.add_argument("--data", help="the study's validation .npz here, where its stored path differs (default: the stored path)")
-    p.add_argument("--calib-data", help="the study's calibration .npz here, where its stored path differs (default: the stored path)")
+    p.add_argument("--calib-data",
+                   help="the study's calibration .npz here, where its stored path differs (default: the stored path)")
     p.add_argument("--space", help="the study's space file here, where its stored path differs (default: the stored path)")
     p.add_argument("--allow-other-machine", action="store_true",
                    help="join although this machine differs from the study's (it gets its own baseline; default: refuse)")
     p.add_argument("--trial-timeout", type=parse_duration, default=600.0, help="time limit of one trial (default 600 s)")
     p.add_argument("--max-timing-s", type=_positive_float, help="cap on one candidate's timing (default: the study's)")
-    p.add_argument("--when-busy", choices=["warn", "wait"], default="warn",
+    p.add_argument("--when-busy", choices=WHEN_BUSY, default="warn",
                    help="when other processes keep the machine busy: warn (default: mark the trial) or wait for quiet")
     p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
     p.set_defaults(run="cmd_worker")

@@ -6,28 +6,41 @@ import json
 import os
 import sys
 
+from .api import study_problem
+from .configs import layer_candidates, parse_set
 from .demo import write_demo_model
 from .errors import UserError
-from .evaluate import Evaluator
+from .export import export_winner
 from .export_files import MANIFEST, check_out_dir
 from .isolate import TrialFailure
+from .jobs import Evaluator
 from .measure.latency import LatencyProtocol, steady
 from .model import input_specs, load_model
-from .problem import check_backends, config_from_sets, load_problem, print_notes
+from .problem import config_from_sets, load_problem, print_notes
+from .progress import progress_printer
+from .quantizing import quantizing_override, route_config
 from .report.charts import sensitivity_figure
 from .report.html import write_report
+from .report.sensitivity_table import write_table
 from .report.status import status_lines, studies_rows
 from .report.variants import variant_lines
 from .report.view import StudyView
 from .run.options import TuneOptions, engines_dir
-from .run.tune import TuneResult, describe_result, tune
-from .run.worker import run_worker, worker_name
-from .api import study_problem
-from .sensitivity import analyze, greedy_float_set, progress_printer, quantizing_override, route_config, write_table
-from .space import layer_candidates, load_space, parse_set
-from .storage import default_url, load_study, local_storage_urls, migrate, open_for_reading
-from .variants import choose, carried_settings, measure_variants, variant_setups
-from .winner import export_winner, select_winner, verify_lines, verify_winner
+from .run.remote_worker import run_worker, worker_name
+from .run.tune import TuneResult, describe_result, tune_study
+from .sensitivity import analyze, greedy_float_set
+from .space import load_space
+from .space_backends import check_backends
+from .storage import (
+    default_url,
+    load_study,
+    local_storage_urls,
+    migrate,
+    open_for_reading,
+)
+from .variants import carried_settings, choose, measure_variants, variant_setups
+from .verify import verify_lines, verify_winner
+from .winner import select_winner
 
 
 def cmd_demo_model(args) -> int:
@@ -43,7 +56,8 @@ def cmd_space(args) -> int:
     print(f"inputs of {args.model}:")
     for spec in input_specs(model):
         dims = ", ".join(str(d) if isinstance(d, int) else f"{d or '?'} (dynamic)" for d in spec.shape)
-        fix = f"; give --shape {spec.name}=" + "x".join(str(d) if isinstance(d, int) else "N" for d in spec.shape) if spec.is_dynamic else ""
+        fix = (f"; give --shape {spec.name}=" + "x".join(str(d) if isinstance(d, int) else "N" for d in spec.shape)
+               if spec.is_dynamic else "")
         print(f"  {spec.name:28s} {str(spec.dtype):11s} [{dims}]{fix}")
     print(f"space {space.name} ({space.path}), backend{'s' if len(space.backends) > 1 else ''} {', '.join(space.backends)}")
     for p in space.params:
@@ -104,7 +118,7 @@ def _tune_options(args) -> TuneOptions:
 
 
 def cmd_tune(args) -> int:
-    result = tune(_tune_options(args))
+    result = tune_study(_tune_options(args))
     print(f"study {args.study}: {result.trials_run} trials run, {len(result.study.trials)} in the study")
     for line in describe_result(result):
         print(line)
@@ -136,7 +150,8 @@ def cmd_export(args) -> int:
     speed = f", {rep['speedup_vs_baseline']:.2f}x the baseline" if rep.get("speedup_vs_baseline") else ""
     print(f"{rep['kind']} (trial {rep['trial']}) written to {args.out}: engine/, config.json, report.json, "
           f"{MANIFEST}{speed}; "
-          f"requirement {rep['requirement'] or 'none'} {'holds' if rep['meets_requirement'] else 'is NOT met'} on the rebuilt engine")
+          f"requirement {rep['requirement'] or 'none'} "
+          f"{'holds' if rep['meets_requirement'] else 'is NOT met'} on the rebuilt engine")
     if not rep["rebuilt_matches_stored"]:
         print("warning: the rebuilt engine's error differs from the stored one by more than 5%", file=sys.stderr)
     if rep["kind"] == "winner" and not args.no_verify:
@@ -194,7 +209,7 @@ def cmd_demo(args) -> int:
     opts = TuneOptions(study="demo", model=model, storage=storage, shapes=["x=8x64x256"], require="cos<=0.005",
                        n_trials=args.n_trials, seed=0, quiet=args.quiet, protocol=LatencyProtocol(max_seconds=3),
                        force=True)
-    result = tune(opts)
+    result = tune_study(opts)
     for line in describe_result(result):
         print(line)
     out = os.path.join(args.dir, "winner")
@@ -214,7 +229,8 @@ def _sensitivity_variant(problem, route: dict, override, values: dict, evaluator
     rows, pick = measured["rows"], choose(measured["rows"])
     for i, row in enumerate(rows):
         row["chosen"] = i == pick
-    shown = {"variants": rows, "route": route, "backend": route.get("backend") or problem.space.backends[0], "fp32_ms": measured["fp32_ms"], "metric": problem.requirement.primary_metric,
+    shown = {"variants": rows, "route": route, "backend": problem.backend_name(route), "fp32_ms": measured["fp32_ms"],
+             "metric": problem.requirement.primary_metric,
              "settings": carried_settings(setups, problem)}
     print("\r" + "\n".join(variant_lines(override.name, shown, outcome=False)))
     if pick is None:
@@ -241,10 +257,12 @@ def cmd_sensitivity(args) -> int:
         table = analyze(problem, route, override, evaluator, progress, args.budget or None, known)
         if rows is not None:
             table = table | {"variants": rows}
-        print(f"\rsensitivity of {' '.join(route[k] for k in ('backend', 'precision') if k in route)} ({table['metric']}), {len(table['entries'])} candidates, "
+        print(f"\rsensitivity of {' '.join(route[k] for k in ('backend', 'precision') if k in route)} ({table['metric']}), "
+              f"{len(table['entries'])} candidates, "
               f"everything quantized: {table['error_all_quantized']:.4g}{' (cached)' if table['cached'] else ''}"
               + ("; ranked for the chosen variant" if rows else ""))
-        print(f"{'rank':>4s}  {'candidate':40s} {'only it quantized':>17s} {'all but it':>11s} {'fp32 share':>10s} {'gain ms':>8s}")
+        print(f"{'rank':>4s}  {'candidate':40s} {'only it quantized':>17s} {'all but it':>11s} "
+              f"{'fp32 share':>10s} {'gain ms':>8s}")
         for i, e in enumerate(table["entries"][: args.limit], 1):
             print(f"{i:4d}  {e['name'][:40]:40s} {e['error_only']:17.4g} {e['error_all_but']:11.4g} "
                   f"{100 * e['latency_share']:9.1f}% {e['gain_ms']:8.2f}")

@@ -12,11 +12,12 @@ import multiprocessing as mp
 import signal
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _CTX = None
 # Preloaded into the forkserver (a backend whose library is missing is skipped there).
-PRELOAD = ["tuner.evaluate", "tuner.backends.onnxruntime", "tuner.backends.openvino"]
+PRELOAD = ["tuner.jobs", "tuner.backends.onnxruntime", "tuner.backends.openvino"]
 
 
 class TrialFailure(Exception):

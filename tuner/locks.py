@@ -5,8 +5,7 @@ import contextlib
 import fcntl
 import os
 import tempfile
-from typing import Iterator
-
+from collections.abc import Iterator
 
 LOCK_DIR_ENV = "TUNER_LOCK_DIR"
 

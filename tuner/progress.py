@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from optuna.trial import TrialState
 
-from .search.trials import (baseline_trial, best_feasible, disturbed, is_feasible, latency_of, relative_of, speedup_of,
-                            was_busy)
+from .search.trials import baseline_trial, best_feasible, disturbed, is_feasible, latency_of, relative_of, speedup_of, was_busy
 
 
 def _timing_note(trial) -> str:
@@ -87,11 +86,12 @@ class TrialProgress:
         else:  # --quiet or not a terminal: one log line per trial
             state = trial.state.name.lower()
             if trial.state == TrialState.COMPLETE:
-                state = ("reused #%d" % trial.user_attrs["reused_from"]) if "reused_from" in trial.user_attrs else (
+                state = f"reused #{trial.user_attrs['reused_from']:d}" if "reused_from" in trial.user_attrs else (
                     f"{latency_of(trial):.2f} ms" + (f" ({relative_of(trial):.3f} of the baseline)" if relative_of(trial) else "")
                     + f", {'feasible' if is_feasible(trial) else 'infeasible'}"
                     + _timing_note(trial)
-                    + (f", BUSY machine ({trial.user_attrs['load']['other_cores']:.1f} cores used by others)" if was_busy(trial) else ""))
+                    + (f", BUSY machine ({trial.user_attrs['load']['other_cores']:.1f} cores used by others)"
+                       if was_busy(trial) else ""))
             elif "fail_reason" in trial.user_attrs:
                 state += f": {trial.user_attrs['fail_reason']}"
             elif "known_failure" in trial.user_attrs:
@@ -99,3 +99,13 @@ class TrialProgress:
             total = f"/{self.n_trials}" if self.n_trials else ""
             print(f"[{_fmt_s(self._clock() - self.start)} ETA {self._eta()}] trial {trial.number} "
                   f"({self.done}{total}) {state} | {text}", file=sys.stderr, flush=True)
+
+
+def progress_printer(quiet: bool, log_lines: bool) -> Callable[[str], None]:
+    """The analysis's progress on stderr: one line rewritten on a terminal; elsewhere one line per step
+    (log_lines) or nothing."""
+    if quiet or not (sys.stderr.isatty() or log_lines):
+        return lambda msg: None
+    if sys.stderr.isatty():
+        return lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True)
+    return lambda msg: print(msg, file=sys.stderr, flush=True)

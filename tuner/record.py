@@ -58,12 +58,12 @@ class TrialRecord:
         """The user attrs of the trial (config excepted: the objective stores it before building)."""
         return {k: v for k, v in asdict(self).items() if k != CONFIG and v is not None}
 
-    def copied(self) -> "TrialRecord":
+    def copied(self) -> TrialRecord:
         """The record of another trial with the same build: its measurement, not its timing window."""
         return replace(self, engine_dir=None, timing_window=None)
 
     @classmethod
-    def from_trial(cls, trial) -> "TrialRecord | None":
+    def from_trial(cls, trial) -> TrialRecord | None:
         """The record stored in a trial (a FrozenTrial), or None for a trial that measured nothing."""
         attrs = trial.user_attrs
         if "latency" not in attrs or "metrics" not in attrs:
@@ -77,7 +77,7 @@ class TrialRecord:
         return cls(**known)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TrialRecord":
+    def from_dict(cls, d: dict[str, Any]) -> TrialRecord:
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:

@@ -10,25 +10,24 @@ Errors are not additive: the greedy pass builds and measures every set it propos
 """
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import math
 import re
-import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 from . import cache
-from .backends.base import backend_versions, get_backend
+from .backends.base import backend_versions
+from .configs import layer_candidates
 from .errors import UserError
-from .evaluate import Evaluator
 from .isolate import TrialFailure
+from .jobs import Evaluator
 from .measure.latency import LatencyProtocol
 from .problem import Problem
-from .space import (BACKEND, ROUTE_KEY, LayerOverride, defaults_chooser, layer_candidates, normalize, route_choice,
-                    trial_params)
+from .quantizing import fp32_config
+from .space import LayerOverride
 
 QUICK = LatencyProtocol(warmup=2, min_runs=5, max_runs=20, max_seconds=0.5)
 
@@ -82,60 +81,6 @@ def group_candidates(candidates: dict[str, list[str]], override: LayerOverride) 
     return by(lambda c: f"{order[(order.index(c) // size) * size]}..")
 
 
-def quantizing_override(problem: Problem, route: str, backend: str | None = None) -> LayerOverride:
-    """The per-layer override that applies to `route` (of `backend`, in a space over several), or a
-    plain refusal."""
-    space = problem.space
-    mine = [o for o in space.overrides if backend is None or backend in space.backends_of(o.when)]
-    for o in mine:
-        if route in space.route_param(o)[1]:
-            if not layer_candidates(o, problem.graph_nodes):
-                break
-            return o
-    routes = sorted({r for o in mine for r in space.route_param(o)[1]})
-    raise UserError(f"route {route} has no per-layer candidates in this model and space"
-                    f"{f' for backend {backend}' if backend else ''}; per-layer choices exist for: "
-                    f"{', '.join(routes) or 'no route'}")
-
-
-def route_setup(problem: Problem, route: str | None, backend: str | None, values: dict,
-                options: dict | None = None) -> tuple[dict, dict]:
-    """(config, parameter values by name) of the route a sensitivity analysis quantizes with: route, its
-    options (config keys) and, in a space over several backends, the backend. Without a route, the
-    backend's first quantizing route. The options are the space's defaults, as the study's trials build
-    them, with the --set `values` (by parameter name) and then `options` (by config key: a route variant,
-    tuner.variants) chosen where the space offers them."""
-    space = problem.space
-    if backend is not None and backend not in space.backends:
-        raise UserError(f"--backend {backend}: not a backend of the space {space.path} "
-                        f"({', '.join(space.backends)}); give a space with it, e.g. --space cpu.yaml")
-    if backend is None:  # the backend whose routes have `route`
-        backend = next((b for b in space.backends if route is None or route in get_backend(b).routes), space.backends[0])
-    route = route or get_backend(backend).quantizing_routes[0]
-    route_name = next((p.name for p in space.params
-                       if p.key == ROUTE_KEY and route in (p.choices or []) and backend in space.backends_of(p.when)), None)
-    chosen = ({route_name: route} if route_name else {}) | ({BACKEND: backend} if len(space.backends) > 1 else {})
-    choose = defaults_chooser(values | chosen, options)
-    full = normalize(space, choose, problem.graph_nodes)
-    # the route, its options and whatever `options` set besides (a setting for the float parts, e.g. bf16)
-    config = route_choice(space, full) | {k: full[k] for k in options or {} if k in full}
-    return config | {ROUTE_KEY: route} | space.keys(values), trial_params(space, choose, problem.graph_nodes)
-
-
-def route_config(problem: Problem, route: str | None, backend: str | None, values: dict) -> dict:
-    """The config a sensitivity analysis quantizes with (route_setup): the space's defaults with --set values."""
-    return route_setup(problem, route, backend, values)[0]
-
-
-def _backend(problem: Problem, route_config: dict) -> str:
-    return route_config.get(BACKEND) or problem.space.backends[0]
-
-
-def fp32_config(route_config: dict) -> dict:
-    """The float engine a route's quick latencies compare with: the backend's fp32 route as it comes."""
-    return {k: v for k, v in route_config.items() if k == BACKEND} | {ROUTE_KEY: "fp32"}
-
-
 def _measure(evaluator: Evaluator, config: dict, timing: LatencyProtocol | None = None) -> dict:
     """One build's metrics (and quick latency); a build that fails is the route's failure, said in one line."""
     try:
@@ -148,7 +93,7 @@ def table_key(problem: Problem, route_config: dict, candidates: dict[str, list[s
               base: int = 2) -> str:
     payload = {"model": problem.model_hash, "data": problem.data_hash, "route": route_config, "candidates": candidates,
                "metric": problem.requirement.primary_metric,
-               "versions": backend_versions([_backend(problem, route_config)]),
+               "versions": backend_versions([problem.backend_name(route_config)]),
                "budget": budget if budget is not None and _full_cost(candidates, base) > budget else None}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -195,7 +140,7 @@ def analyze(problem: Problem, route_config: dict, override: LayerOverride, evalu
     started = time.perf_counter()
     metric = problem.requirement.primary_metric
     all_nodes = sorted(n for nodes in candidates.values() for n in nodes)
-    shares = evaluator.node_times(_backend(problem, route_config))
+    shares = evaluator.node_times(problem.backend_name(route_config))
     fp32_ms = known.get("fp32_ms") or _measure(evaluator, fp32_config(route_config), QUICK)["median_ms"]
     err_all = known.get("error_all_quantized")
     if err_all is None:
@@ -218,7 +163,8 @@ def analyze(problem: Problem, route_config: dict, override: LayerOverride, evalu
             else:
                 entries += [Entry(c, nodes, g.error_only, g.error_all_but, sum(shares.get(n, 0.0) for n in nodes),
                                   0.0, group=g.name) for c, nodes in members.items()]
-    table = {"key": key, "route": route_config, "override": override.name, "config_key": override.key, "metric": metric, "fp32_ms": fp32_ms,
+    table = {"key": key, "route": route_config, "override": override.name, "config_key": override.key,
+             "metric": metric, "fp32_ms": fp32_ms,
              "error_all_quantized": err_all, "entries": [asdict(e) for e in entries], "cached": False,
              "builds": builds, "seconds": time.perf_counter() - started, "budget": budget}
     cache.write_json(name, table)
@@ -282,28 +228,3 @@ def ranking_for_study(problem: Problem, route_config: dict, override: LayerOverr
             "analysis_builds": (0 if table["cached"] else table.get("builds", 0)) + builds,
             "analysis_s": round(time.perf_counter() - started, 1),
             "nodes": {e["name"]: e["nodes"] for e in table["entries"]}}
-
-
-def progress_printer(quiet: bool, log_lines: bool) -> Callable[[str], None]:
-    """The analysis's progress on stderr: one line rewritten on a terminal; elsewhere one line per step
-    (log_lines) or nothing."""
-    if quiet or not (sys.stderr.isatty() or log_lines):
-        return lambda msg: None
-    if sys.stderr.isatty():
-        return lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True)
-    return lambda msg: print(msg, file=sys.stderr, flush=True)
-
-
-def write_table(table: dict, prefix: str) -> list[str]:
-    """PREFIX.csv and PREFIX.json; returns the paths."""
-    csv_path, json_path = f"{prefix}.csv", f"{prefix}.json"
-    with open(csv_path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["rank", "candidate", "nodes", f"{table['metric']}_only_quantized",
-                    f"{table['metric']}_all_but_quantized", "fp32_time_share", "gain_ms"])
-        for i, e in enumerate(table["entries"], 1):
-            w.writerow([i, e["name"], len(e["nodes"]), f"{e['error_only']:.6g}", f"{e['error_all_but']:.6g}",
-                        f"{e['latency_share']:.4f}", f"{e['gain_ms']:.3f}"])
-    with open(json_path, "w") as f:
-        json.dump(table, f, indent=1)
-    return [csv_path, json_path]

@@ -16,18 +16,19 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Callable
 
 from . import cache
 from .attention import has_attention
 from .backends.base import backend_versions, get_backend
-from .evaluate import Evaluator
+from .configs import override_active
 from .isolate import TrialFailure
+from .jobs import Evaluator
 from .measure.latency import LatencyProtocol
 from .problem import Problem
-from .sensitivity import fp32_config, route_setup
-from .space import BACKEND, ROUTE_KEY, LayerOverride, override_active
+from .quantizing import fp32_config, route_setup
+from .space import BACKEND, ROUTE_KEY, LayerOverride
 
 # A variant more than this much slower than the fastest one is "clearly slower": its lower error does not
 # make it the one to rank layers for. Generous, as the variants of a route differ by 5-15% in speed, and a
@@ -51,7 +52,7 @@ def variant_setups(problem: Problem, override: LayerOverride, route: str, backen
     float under it (the override's `when` and `unless`). values: --set values (by parameter name), which
     fix what they name: a variant that sets another value is left out."""
     base, _ = route_setup(problem, route, backend, values)
-    be = get_backend(base.get(BACKEND) or problem.space.backends[0])
+    be = get_backend(problem.backend_name(base))
     wanted = list(be.route_variants(base[ROUTE_KEY], has_attention(problem.model.proto)))
     varied = sorted({k for w in wanted for k in w})
     extra = be.quantized_settings
@@ -75,7 +76,7 @@ def carried_settings(setups: list[dict], problem: Problem) -> dict:
     if not setups:
         return {}
     config = setups[0]["config"]
-    extra = get_backend(config.get(BACKEND) or problem.space.backends[0]).quantized_settings
+    extra = get_backend(problem.backend_name(config)).quantized_settings
     return {k: v for k, v in extra.items() if config.get(k) == v}
 
 
@@ -84,7 +85,7 @@ def _key(problem: Problem, setups: list[dict]) -> str:
     payload = {"model": problem.model_hash, "data": problem.data_hash, "metric": problem.requirement.primary_metric,
                "user_metrics": sorted(problem.requirement.user_metrics()),
                "configs": [s["config"] for s in setups], "protocol": asdict(TIMING),
-               "versions": backend_versions([first.get(BACKEND) or problem.space.backends[0]])}
+               "versions": backend_versions([problem.backend_name(first)])}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -5,8 +5,8 @@ import os
 
 import numpy as np
 import pytest
-
 from needs import backend_or_skip
+
 from tuner.backends.base import Engine, known_backends
 from tuner.errors import UserError
 from tuner.evaluate import build, check_accuracy

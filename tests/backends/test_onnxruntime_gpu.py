@@ -5,8 +5,17 @@ import warnings
 import onnxruntime as ort
 import pytest
 
-from tuner.backends.onnxruntime_gpu.providers import (CPU_EP, CUDA_EP, TRT_EP, check_provider, make_gpu_session,
-                                                      portable, provider_list, split_options, trt_options)
+from tuner.backends.onnxruntime_gpu.providers import (
+    CPU_EP,
+    CUDA_EP,
+    TRT_EP,
+    check_provider,
+    make_gpu_session,
+    portable,
+    provider_list,
+    split_options,
+    trt_options,
+)
 from tuner.errors import UserError
 
 

@@ -8,14 +8,14 @@ import sys
 
 import numpy as np
 import pytest
-
 from needs import backend_or_skip
-from tuner.backends.base import get_backend
+
 from tuner.demo import write_demo_model
 from tuner.evaluate import build, check_accuracy, measure
 from tuner.measure.latency import LatencyProtocol
-from tuner.problem import check_backends, load_problem
+from tuner.problem import load_problem
 from tuner.space import SPACES_DIR, load_space
+from tuner.space_backends import check_backends
 
 PLANTED = [f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv"]  # outlier inputs (tuner.demo)
 SPACE = os.path.join(SPACES_DIR, "openvino-cpu.yaml")

@@ -13,8 +13,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: plan_spaces
 
 import optuna  # noqa: E402
-
 from plan_spaces import parallel_params, space_of, synthetic_objective  # noqa: E402
+
 from tuner.search.plan_samplers import make_plan_sampler  # noqa: E402
 from tuner.storage import open_storage  # noqa: E402
 

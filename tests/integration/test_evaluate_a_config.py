@@ -8,8 +8,8 @@ import pytest
 
 from tuner.cli import main
 from tuner.evaluate import measure
-from tuner.problem import config_from_sets, load_problem
 from tuner.measure.latency import LatencyProtocol
+from tuner.problem import config_from_sets, load_problem
 from tuner.space import SPACES_DIR
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=5, max_seconds=1)
@@ -49,7 +49,8 @@ def test_opset11_model_works_with_per_channel_static(tmp_path):
     from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 16)).astype("f"), "w")
-    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["y"], name="relu")],
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+                           helper.make_node("Relu", ["h"], ["y"], name="relu")],
                           "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])], [w])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
@@ -64,7 +65,8 @@ def test_opset11_model_works_with_per_channel_static(tmp_path):
 def test_cli_evaluate_and_space(demo_path, tmp_path, capsys):
     assert main(["space", demo_path]) == 0
     assert "keep_float" in capsys.readouterr().out
-    assert main(["evaluate", demo_path, "--shape", "x=1x64x256", "--set", "precision=int8-dynamic", "--require", "cos<=0.01", "--out", str(tmp_path)]) == 0
+    assert main(["evaluate", demo_path, "--shape", "x=1x64x256", "--set", "precision=int8-dynamic", "--require", "cos<=0.01",
+                 "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "median" in out and "requirement cos<=0.01" in out
 

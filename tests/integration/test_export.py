@@ -9,14 +9,14 @@ from tuner.cli import main
 from tuner.export_files import MANIFEST
 from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
-from tuner.run.tune import tune
+from tuner.run.tune import tune_study
 
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory, demo_path):
     tmp = tmp_path_factory.mktemp("export")
     url = f"sqlite:///{tmp}/s.db"
-    tune(TuneOptions(study="s", model=demo_path, storage=url, shapes=["x=2x64x256"], require="cos<=0.005", n_trials=1,
+    tune_study(TuneOptions(study="s", model=demo_path, storage=url, shapes=["x=2x64x256"], require="cos<=0.005", n_trials=1,
                      protocol=LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=1), progress=False,
                      quiet=True, top_k=1))
     return url

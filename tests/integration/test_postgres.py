@@ -15,12 +15,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner.space import SPACES_DIR
-from tuner.run.claims import budget_counts
 from tuner.demo import write_demo_model
 from tuner.machine import machine_id
+from tuner.run.claims import budget_counts
 from tuner.run.join import this_machine
-from tuner.space import load_space
+from tuner.space import SPACES_DIR, load_space
 
 SMALL_SPACE = open(os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")).read()
 PG_ENV = "TUNER_TEST_PG_URL"
@@ -250,10 +249,11 @@ def test_calibration_ranges_are_stored_in_the_study_and_reused(work, tmp_path, d
     from tuner.measure.latency import LatencyProtocol
     from tuner.run.claims import CALIB_PREFIX, download_calibration
     from tuner.run.options import TuneOptions
-    from tuner.run.tune import tune
+    from tuner.run.tune import tune_study
 
     (tmp_path / "static.yaml").write_text(STATIC_SPACE)
-    result = tune(TuneOptions(study="c", model=demo_path, storage=f"sqlite:///{tmp_path}/c.db", space=str(tmp_path / "static.yaml"),
+    result = tune_study(TuneOptions(study="c", model=demo_path, storage=f"sqlite:///{tmp_path}/c.db",
+                              space=str(tmp_path / "static.yaml"),
                               shapes=["x=2x64x256"], seed=0, n_trials=2, enqueue=["precision=int8-static"], select=False,
                               protocol=LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=1), progress=False,
                               quiet=True))

@@ -14,11 +14,11 @@ import pytest
 from onnx import TensorProto, helper
 from optuna.trial import TrialState
 
+from tuner.cli import main
 from tuner.errors import UserError
+from tuner.locks import device_lock
 from tuner.space import SPACES_DIR
 from tuner.storage import load_study
-from tuner.cli import main
-from tuner.locks import device_lock
 
 SMALL_SPACE = open(os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")).read()
 
@@ -134,7 +134,9 @@ def test_kill_9_then_resume_loses_nothing(work, demo_path):
     completed_before = {}
     # once with one process, once with two workers (which must die with the tuner)
     for round_, (min_complete, jobs) in enumerate(((2, "1"), (4, "2"))):
-        args = tune_args(demo_path, "kill", "--n-trials", "12", "--no-select", "--jobs", jobs)
+        # a budget it cannot finish before the kill: under load, the study read that finds a running trial
+        # can take seconds, and fast trials (a persistent child, reused configs) ended a 12-trial run in them
+        args = tune_args(demo_path, "kill", "--n-trials", "500", "--no-select", "--jobs", jobs)
         log = open(work / f"kill-{round_}.log", "w")
         proc = subprocess.Popen(tuner_cmd(work, *args), cwd=work, env=env_for(work), stdout=log, stderr=log)
         try:
@@ -172,7 +174,8 @@ def test_kill_9_then_resume_loses_nothing(work, demo_path):
 
 
 def test_ctrl_c_fails_the_running_trial_and_exits_130(work, demo_path):
-    proc = subprocess.Popen(tuner_cmd(work, *tune_args(demo_path, "intr", "--n-trials", "10")), cwd=work,
+    # 500: a budget it cannot finish before the signal (see test_kill_9_then_resume_loses_nothing)
+    proc = subprocess.Popen(tuner_cmd(work, *tune_args(demo_path, "intr", "--n-trials", "500")), cwd=work,
                             env=env_for(work), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for_running_trial(work, "intr", proc, 1)
     proc.send_signal(signal.SIGINT)

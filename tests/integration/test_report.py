@@ -10,18 +10,27 @@ import subprocess
 
 import optuna
 import pytest
+from needs import chromium_or_skip
 from optuna.trial import TrialState
 
-from needs import chromium_or_skip
 from tuner.demo import write_demo_model
 from tuner.errors import UserError
 from tuner.measure.latency import LatencyProtocol
-from tuner.report import (StudyView, history_figure, importance_figure, layer_map_figure, layer_override_rates,
-                          note_of, pareto_figure, summary_rows, write_report)
-from tuner.storage import load_study
+from tuner.report import (
+    StudyView,
+    history_figure,
+    importance_figure,
+    layer_map_figure,
+    layer_override_rates,
+    note_of,
+    pareto_figure,
+    summary_rows,
+    write_report,
+)
 from tuner.run.options import TuneOptions
+from tuner.run.tune import tune_study
 from tuner.search.trials import is_feasible
-from tuner.run.tune import tune
+from tuner.storage import load_study
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=1)
 NOTEBOOK = os.path.join(os.path.dirname(__file__), "..", "..", "notebooks", "analyze_study.ipynb")
@@ -63,7 +72,7 @@ def tmp(tmp_path_factory):
 def study(tmp):
     """Baseline fp32 (feasible), int8 with every block quantized (cos ~5e-4: infeasible), int8 with every
     block kept in float (feasible), two sampled trials; then a failed trial and one left RUNNING."""
-    result = tune(_options(tmp, "r", n_trials=5, enqueue=["precision=int8-dynamic", ALL_KEPT]))
+    result = tune_study(_options(tmp, "r", n_trials=5, enqueue=["precision=int8-dynamic", ALL_KEPT]))
     s = result.study
     failed = s.ask()
     failed.set_user_attr("fail_reason", "build failed (test)")
@@ -75,7 +84,7 @@ def study(tmp):
 @pytest.fixture(scope="module")
 def hopeless(tmp):
     """One trial, and a requirement nothing meets."""
-    return tune(_options(tmp, "z", require="rel_l2<=-1", n_trials=1)).study
+    return tune_study(_options(tmp, "z", require="rel_l2<=-1", n_trials=1)).study
 
 
 def _front(study):
@@ -230,10 +239,12 @@ def test_notebook_runs_top_to_bottom(study, tmp, monkeypatch):
 
 CAPTURE = """<script>window.__errors = [];
 window.addEventListener('error', function (e) { window.__errors.push(String(e.message)); });
-var __ce = console.error; console.error = function () { window.__errors.push([].join.call(arguments, ' ')); __ce.apply(console, arguments); };
+var __ce = console.error; console.error = function () { window.__errors.push([].join.call(arguments, ' ')); \
+__ce.apply(console, arguments); };
 window.addEventListener('load', function () { setTimeout(function () {
   document.body.setAttribute('data-errors', JSON.stringify(window.__errors));
-  document.body.setAttribute('data-plots', String(document.querySelectorAll('.js-plotly-plot .main-svg').length > 0 ? document.querySelectorAll('.js-plotly-plot').length : 0));
+  document.body.setAttribute('data-plots', String(document.querySelectorAll('.js-plotly-plot .main-svg').length > 0 ? \
+document.querySelectorAll('.js-plotly-plot').length : 0));
 }, 500); });</script>"""
 
 

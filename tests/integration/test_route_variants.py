@@ -7,9 +7,9 @@ import pytest
 from tuner.cli import main
 from tuner.demo import write_demo_model
 from tuner.measure.latency import LatencyProtocol
-from tuner.run.options import TuneOptions
-from tuner.run.tune import tune
 from tuner.report.view import summary_rows
+from tuner.run.options import TuneOptions
+from tuner.run.tune import tune_study
 from tuner.variants import choose
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=0.5)
@@ -42,7 +42,8 @@ def test_a_route_that_cannot_build_is_dropped_with_one_note_and_the_study_goes_o
                                                                                   capsys):
     (tmp_path / "space.yaml").write_text(TWO_ROUTES)
     storage = f"sqlite:///{tmp_path}/drop.db"
-    result = tune(TuneOptions(study="drop", model=masked_attention_path, storage=storage, space=str(tmp_path / "space.yaml"),
+    result = tune_study(TuneOptions(study="drop", model=masked_attention_path, storage=storage,
+                              space=str(tmp_path / "space.yaml"),
                               require="cos<=0.5", seed=0, n_trials=3, protocol=FAST, progress=False, quiet=True,
                               select=False, **MASKED))
     err = capsys.readouterr().err
@@ -77,8 +78,10 @@ parameters:
   inference_precision: {type: categorical, choices: [f32, bf16], default: f32}
   int8_model_type: {type: categorical, choices: [none, transformer], default: none, when: {precision: [int8]}}
   int8_smooth_quant: {type: bool, default: true, when: {precision: [int8], int8_model_type: [transformer]}}
-  int8_preset: {type: categorical, choices: [performance, mixed], default: performance, when: {precision: [int8], int8_model_type: [none]}}
-  int8_preset_transformer: {type: categorical, choices: [performance, mixed], default: mixed, key: int8_preset, when: {precision: [int8], int8_model_type: [transformer]}}
+  int8_preset: {type: categorical, choices: [performance, mixed], default: performance, \
+when: {precision: [int8], int8_model_type: [none]}}
+  int8_preset_transformer: {type: categorical, choices: [performance, mixed], default: mixed, key: int8_preset, \
+when: {precision: [int8], int8_model_type: [transformer]}}
   int8_overflow_fix: {type: categorical, choices: [first_layer, enable, disable], default: first_layer, when: {precision: [int8]}}
 layer_overrides:
   keep_float:
@@ -101,7 +104,7 @@ def openvino_study(tmp_path_factory):
     storage = f"sqlite:///{tmp}/ov.db"
     with pytest.MonkeyPatch.context() as mp:  # a cache of its own: a module fixture runs before conftest's _cache
         mp.setenv("TUNER_CACHE", str(tmp / "cache"))
-        study = tune(TuneOptions(study="ov", model=planted, storage=storage, space=str(tmp / "space.yaml"),
+        study = tune_study(TuneOptions(study="ov", model=planted, storage=storage, space=str(tmp / "space.yaml"),
                                  shapes=["x=2x64x256"], require="cos<=0.002", seed=0, n_trials=2, protocol=FAST,
                                  progress=False, quiet=True, select=False)).study
     return study, storage
@@ -123,7 +126,8 @@ def test_openvino_ranks_the_layers_for_its_best_int8_variant(openvino_study):
     assert chosen["layers"] and ranking["variant"] == chosen["options"]
     assert rows.index(chosen) == choose(rows)  # the lowest error among the variants not clearly slower
     bf16 = "BF16" in plugin_info()["capabilities"]
-    assert ranking["settings"] == ({"inference_precision": "bf16"} if bf16 else {})
+    # an expert's settings where the space offers them: static shapes here, bf16 float parts where the CPU has BF16
+    assert ranking["settings"] == {"static_shapes": True} | ({"inference_precision": "bf16"} if bf16 else {})
     assert ranking["route"].get("inference_precision", "f32") == ("bf16" if bf16 else "f32")
     assert ranking["greedy_feasible"] and set(ranking["order"][:ranking["cut"]]) <= {"block1", "block3"}
     # the greedy trial is built with the variant's options and the bf16 float parts where the CPU has BF16

@@ -6,13 +6,14 @@ import pytest
 
 from tuner.cli import main
 from tuner.demo import write_demo_model
-from tuner.problem import load_problem
+from tuner.jobs import Evaluator
 from tuner.measure.latency import LatencyProtocol
-from tuner.evaluate import Evaluator
-from tuner.sensitivity import analyze, quantizing_override
+from tuner.problem import load_problem
+from tuner.quantizing import quantizing_override
 from tuner.run.options import TuneOptions
+from tuner.run.tune import tune_study
 from tuner.search.trials import is_feasible
-from tuner.run.tune import tune
+from tuner.sensitivity import analyze
 
 PLANTED = {f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv"}
 # At this bound every 5 of the 6 planted projections in float still fail (cos >= 0.00087 here) and
@@ -60,7 +61,7 @@ def test_a_route_without_per_layer_candidates_says_so(planted, capsys):
 def _study(tmp_path, planted, encoding, n_trials):
     space = tmp_path / f"{encoding}.yaml"
     space.write_text(SPACE.format(encoding=encoding))
-    return tune(TuneOptions(study=encoding, model=planted, storage=f"sqlite:///{tmp_path}/{encoding}.db",
+    return tune_study(TuneOptions(study=encoding, model=planted, storage=f"sqlite:///{tmp_path}/{encoding}.db",
                             space=str(space), shapes=["x=2x64x256"], require=REQUIRE, seed=0, n_trials=n_trials,
                             protocol=FAST, progress=False, quiet=True, select=False)).study
 

@@ -15,7 +15,8 @@ def test_an_installed_third_party_backend_registers_and_passes_the_contract(tmp_
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
                     "--target", str(site), str(source)], check=True, capture_output=True)
     assert any(p.endswith(".dist-info") for p in os.listdir(site))  # installed as a distribution, not copied
-    env = os.environ | {"PYTHONPATH": str(site), "TUNER_REQUIRE_BACKENDS": "tiny"}  # a skip would fail
+    path = os.pathsep.join([str(site)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    env = os.environ | {"PYTHONPATH": path, "TUNER_REQUIRE_BACKENDS": "tiny"}  # a skip would fail
     listed = subprocess.run([sys.executable, "-c", "from tuner.backends.base import known_backends as k; print(k())"],
                             env=env, capture_output=True, text=True, check=True)
     assert "'tiny'" in listed.stdout

@@ -11,8 +11,8 @@ from tuner.demo import write_demo_model
 from tuner.errors import UserError
 from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
+from tuner.run.tune import tune_study
 from tuner.search.trials import is_feasible
-from tuner.run.tune import tune
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=1)
 
@@ -43,7 +43,7 @@ def trials(tmp_path, name="s"):
 
 def test_study_finds_a_winner_and_resumes(demo_path, tmp_path):
     opts = options(tmp_path, demo_path, n_trials=4, enqueue=["precision=int8-dynamic"])
-    first = tune(opts)
+    first = tune_study(opts)
     study = first.study
     before = [t.values for t in study.trials]
     assert len(before) == 4
@@ -73,7 +73,7 @@ def test_study_finds_a_winner_and_resumes(demo_path, tmp_path):
         assert set(t.user_attrs) >= {"config", "build_key", "latency", "metrics", "build_s", "engine_bytes", "machine"}
         assert set(t.constraints) == {"cos<=0.005"}
 
-    again = tune(TuneOptions(study="s", storage=opts.storage, n_trials=2, protocol=FAST, progress=False,
+    again = tune_study(TuneOptions(study="s", storage=opts.storage, n_trials=2, protocol=FAST, progress=False,
                              quiet=True, select=False))
     after = again.study.trials
     assert len(after) == 6
@@ -82,29 +82,29 @@ def test_study_finds_a_winner_and_resumes(demo_path, tmp_path):
 
 
 def test_settings_mismatch_is_refused(demo_path, tmp_path):
-    tune(options(tmp_path, demo_path, n_trials=1, select=False))
+    tune_study(options(tmp_path, demo_path, n_trials=1, select=False))
     other = write_demo_model(str(tmp_path / "other.onnx"), outliers=1)
     with pytest.raises(UserError, match="was made for another model"):
-        tune(options(tmp_path, other, n_trials=1))
+        tune_study(options(tmp_path, other, n_trials=1))
     with pytest.raises(UserError, match="require"):
-        tune(options(tmp_path, require="cos<=0.5", n_trials=1))
+        tune_study(options(tmp_path, require="cos<=0.5", n_trials=1))
     assert len(trials(tmp_path)) == 1
-    tune(options(tmp_path, require="cos<=0.5", n_trials=1, force=True, select=False))  # a new requirement: --force
+    tune_study(options(tmp_path, require="cos<=0.5", n_trials=1, force=True, select=False))  # a new requirement: --force
     assert len(trials(tmp_path)) == 2
 
 
 def test_force_cannot_change_the_model_or_the_data(tmp_path):
     """The old trials measured the old model on the old data: their winner would be a stranger's."""
     mine = write_demo_model(str(tmp_path / "mine.onnx"), outliers=1)
-    tune(options(tmp_path, mine, n_trials=1, select=False))
+    tune_study(options(tmp_path, mine, n_trials=1, select=False))
     other = write_demo_model(str(tmp_path / "other.onnx"), outliers=2)
     with pytest.raises(UserError, match=r"was made for another model .* --force cannot change it: use a new --study name"):
-        tune(options(tmp_path, other, n_trials=1, force=True))
+        tune_study(options(tmp_path, other, n_trials=1, force=True))
     with pytest.raises(UserError, match=r"validation data here differ .* new --study name for new data \(--force cannot"):
-        tune(options(tmp_path, shapes=["x=4x64x256"], n_trials=1, force=True))
+        tune_study(options(tmp_path, shapes=["x=4x64x256"], n_trials=1, force=True))
     write_demo_model(mine, outliers=0)  # the model file changed in place; the resume names no model
     with pytest.raises(UserError, match=r"changed since the study began \(model_hash differs\).*cannot change a study's model"):
-        tune(TuneOptions(study="s", storage=f"sqlite:///{tmp_path}/s.db", n_trials=1, force=True))
+        tune_study(TuneOptions(study="s", storage=f"sqlite:///{tmp_path}/s.db", n_trials=1, force=True))
     assert len(trials(tmp_path)) == 1
 
 
@@ -121,7 +121,7 @@ def test_repeated_config_is_reused_not_rebuilt(demo_path, tmp_path):
     # The grid fixes dyn_per_channel for fp32 too, where it is inactive: two grid points, one build.
     space = tmp_path / "small.yaml"
     space.write_text(SMALL_SPACE)
-    result = tune(options(tmp_path, demo_path, space=str(space), sampler="grid", n_trials=6, select=False))
+    result = tune_study(options(tmp_path, demo_path, space=str(space), sampler="grid", n_trials=6, select=False))
     done = result.study.trials
     assert len(done) == 5  # the baseline, then the 4 grid points; the grid then stops the study
     by_key = {}
@@ -139,7 +139,7 @@ def test_repeated_config_is_reused_not_rebuilt(demo_path, tmp_path):
 def test_failing_build_fails_only_its_trial(demo_path, tmp_path):
     space = independent_space(tmp_path, DEFAULT_SPACE_TEXT.replace("choices: [32, 64, 128], default: 128",
                                                                    "choices: [7, 128], default: 128"), "bad.yaml")
-    result = tune(options(tmp_path, demo_path, space=space, n_trials=3, select=False,
+    result = tune_study(options(tmp_path, demo_path, space=space, n_trials=3, select=False,
                           enqueue=["precision=int4-weight,int4_block_size=7", "precision=int8-dynamic"]))
     states = [t.state for t in result.study.trials]
     assert states == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE]
@@ -147,7 +147,7 @@ def test_failing_build_fails_only_its_trial(demo_path, tmp_path):
 
 
 def test_infeasible_trials_never_win_and_nothing_feasible_says_so(demo_path, tmp_path, capsys):
-    result = tune(options(tmp_path, demo_path, require="rel_l2<=-1", n_trials=2, enqueue=["precision=int8-dynamic"]))
+    result = tune_study(options(tmp_path, demo_path, require="rel_l2<=-1", n_trials=2, enqueue=["precision=int8-dynamic"]))
     assert all(t.constraints["rel_l2<=-1"] > 0 and not is_feasible(t) for t in result.study.trials)
     assert result.winner is None
     best = result.study.user_attrs["best_effort"]
@@ -162,7 +162,7 @@ def test_infeasible_trials_never_win_and_nothing_feasible_says_so(demo_path, tmp
 
 
 def test_strict_requirement_filters_the_winner(demo_path, tmp_path):
-    result = tune(options(tmp_path, demo_path, require="cos<=1e-6", n_trials=2, enqueue=["precision=int8-dynamic"]))
+    result = tune_study(options(tmp_path, demo_path, require="cos<=1e-6", n_trials=2, enqueue=["precision=int8-dynamic"]))
     quantized = result.study.trials[1]
     assert quantized.constraints["cos<=1e-06"] > 0
     assert result.winner["trial"] != 1 and result.winner["config"]["precision"] != "int8-dynamic"

@@ -2,20 +2,19 @@
 with ONNX Runtime and OpenVINO in child processes, a real SQLite study. Skipped without openvino."""
 import os
 
-import numpy as np
 import pytest
+from needs import backend_or_skip
 
 from tuner.api import study_problem
-from needs import backend_or_skip
 from tuner.backends.base import get_backend
 from tuner.cli import main
 from tuner.evaluate import ensure_reference
+from tuner.export import export_winner
 from tuner.measure.accuracy import compute_metrics
 from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
-from tuner.run.tune import tune
+from tuner.run.tune import tune_study
 from tuner.space import SPACES_DIR
-from tuner.winner import export_winner
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=0.5)
 
@@ -30,7 +29,7 @@ def test_a_cpu_study_holds_both_backends_and_its_exported_winner_reproduces_its_
     space = tmp_path / "cpu.yaml"
     with open(os.path.join(SPACES_DIR, "cpu.yaml")) as f:
         space.write_text(f.read().replace("encoding: auto", "encoding: independent"))
-    result = tune(TuneOptions(study="cpu", model=demo_path, storage=f"sqlite:///{tmp_path}/cpu.db",
+    result = tune_study(TuneOptions(study="cpu", model=demo_path, storage=f"sqlite:///{tmp_path}/cpu.db",
                               space=str(space), shapes=["x=2x64x256"], require="cos<=0.005",
                               seed=0, n_trials=4, protocol=FAST, progress=False, quiet=True, top_k=3))
     study = result.study
@@ -105,7 +104,7 @@ def test_the_sensitivity_encoding_ranks_and_queues_the_openvino_float_set(tmp_pa
 
     planted = write_demo_model(str(tmp_path / "planted.onnx"), outliers=2)
     (tmp_path / "space.yaml").write_text(SENSITIVITY_SPACE)
-    study = tune(TuneOptions(study="sens", model=planted, storage=f"sqlite:///{tmp_path}/sens.db",
+    study = tune_study(TuneOptions(study="sens", model=planted, storage=f"sqlite:///{tmp_path}/sens.db",
                              space=str(tmp_path / "space.yaml"), shapes=["x=2x64x256"], require=REQUIRE, seed=0,
                              n_trials=3, protocol=FAST, progress=False, quiet=True, select=False)).study
     ranking = study.user_attrs["tuner_settings"]["rankings"]["ov_keep_float"]

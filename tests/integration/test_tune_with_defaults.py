@@ -15,7 +15,7 @@ from tuner.measure.latency import LatencyProtocol
 from tuner.measure.paired import measure_paired
 from tuner.problem import config_from_sets, load_problem
 from tuner.run.options import TuneOptions
-from tuner.run.tune import tune
+from tuner.run.tune import tune_study
 from tuner.search.failures import KNOWN_FAILURE, PREFIX
 from tuner.search.trials import is_feasible
 from tuner.space import SPACES_DIR
@@ -41,7 +41,7 @@ def planted_study(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("defaults")
     model = write_demo_model(str(tmp / "planted.onnx"), outliers=2)
     os.environ["TUNER_CACHE"] = str(tmp / "cache")
-    result = tune(options(tmp, "a", model, n_trials=4))
+    result = tune_study(options(tmp, "a", model, n_trials=4))
     return tmp, model, result
 
 
@@ -65,7 +65,7 @@ def test_status_counts_the_analysis_builds(planted_study, capsys):
 
 def test_warm_start_enqueues_the_other_winner_first_and_reuses_the_ranking(planted_study):
     tmp, model, first = planted_study
-    result = tune(options(tmp, "b", model, n_trials=2, select=False, warm_start=f"a@sqlite:///{tmp}/a.db"))
+    result = tune_study(options(tmp, "b", model, n_trials=2, select=False, warm_start=f"a@sqlite:///{tmp}/a.db"))
     trials = result.study.trials
     winner = first.study.trials[first.winner["trial"]]
     assert trials[0].user_attrs.get("baseline")
@@ -75,7 +75,8 @@ def test_warm_start_enqueues_the_other_winner_first_and_reuses_the_ranking(plant
         assert trials[1].user_attrs["enqueued"] == "warm start 1" and trials[1].params == winner.params
     assert all("reused_from" not in t.user_attrs for t in trials)  # measured again, never copied across studies
     settings = result.study.user_attrs["tuner_settings"]
-    assert settings["warm_start"]["ranking_reused"] and settings["rankings"] == first.study.user_attrs["tuner_settings"]["rankings"]
+    assert (settings["warm_start"]["ranking_reused"]
+            and settings["rankings"] == first.study.user_attrs["tuner_settings"]["rankings"])
 
 
 def test_verify_prints_both_figures(planted_study, capsys):
@@ -99,7 +100,7 @@ def test_a_route_that_fails_to_build_is_built_once(tmp_path, demo_path):
     space = tmp_path / "broken.yaml"
     space.write_text(SPACE_WITH_A_BROKEN_ROUTE)
     broken = "precision=int4-weight,int4_block_size=7"
-    result = tune(options(tmp_path, "f", demo_path, space=str(space), n_trials=4, select=False, require="cos<=0.5",
+    result = tune_study(options(tmp_path, "f", demo_path, space=str(space), n_trials=4, select=False, require="cos<=0.5",
                           enqueue=[f"{broken},intra_op_num_threads=1", f"{broken},intra_op_num_threads=2",
                                    "precision=int4-weight"]))
     t = result.study.trials

@@ -49,8 +49,9 @@ def _space_with(tmp_path, old: str, new: str) -> str:
 @pytest.mark.parametrize("argv, message", [
     (["tune", "--study", "nope", "--n-trials", "1"], "needs the model"),
     (["tune", "MODEL", "--study", "s"], "give a budget"),
-    (["tune", "MODEL", "--study", "s", "--n-trials", "1", "--sampler", "bayes"], "--sampler bayes"),
-    (["tune", "MODEL", "--study", "s", "--n-trials", "1", "--objectives", "speed"], "--objectives speed"),
+    (["tune", "MODEL", "--study", "s", "--n-trials", "1", "--sampler", "bayes"], "argument --sampler: invalid choice: 'bayes'"),
+    (["tune", "MODEL", "--study", "s", "--n-trials", "1", "--objectives", "speed"],
+     "argument --objectives: invalid choice: 'speed'"),
     (["tune", "MODEL", "--study", "s", "--n-trials", "1", "--storage", "redis://x"], "unknown kind"),
     (["status", "--study", "ghost"], "no study 'ghost'"),
 ])
@@ -99,7 +100,8 @@ def test_an_unknown_route_or_setting_in_a_space_is_one_line_and_writes_nothing(
      "--int-range ids=0:10: the model has no input 'ids'"),
     (["evaluate", "MODEL", "--shape", "x=2x64x256", "--set", "per_channel=true"],
      "--set per_channel: unknown parameter; did you mean dyn_per_channel or static_per_channel?"),
-    (["tune", "MODEL", "--study", "s", "--n-trials", "1", "--shape", "x=2x64x256", "--enqueue", "precision=int8-dynamic,per_channel=true"],
+    (["tune", "MODEL", "--study", "s", "--n-trials", "1", "--shape", "x=2x64x256",
+      "--enqueue", "precision=int8-dynamic,per_channel=true"],
      "--enqueue per_channel: unknown parameter; did you mean dyn_per_channel or static_per_channel?"),
     (["tune", "MODEL", "--study", "s", "--n-trials", "1", "--shape", "x=2x64x256", "--enqueue", "precision=int9"],
      "--enqueue precision=int9: not one of"),

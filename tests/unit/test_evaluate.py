@@ -3,8 +3,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from clocks import FakeClock
+
 from tuner.evaluate import accuracy_within
 from tuner.measure.paired import stopped_at
 from tuner.measure.requirement import Requirement

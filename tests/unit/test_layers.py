@@ -7,7 +7,8 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "tuner")
 # Modules the search may not reach, directly or through others: they build or time engines.
-BUILDERS = ("tuner.evaluate", "tuner.isolate", "tuner.reference", "tuner.winner", "tuner.sensitivity", "tuner.run")
+BUILDERS = ("tuner.evaluate", "tuner.jobs", "tuner.isolate", "tuner.reference", "tuner.winner", "tuner.export", "tuner.verify",
+            "tuner.sensitivity", "tuner.run")
 BACKEND_LIBS = ("onnxruntime", "openvino", "nncf", "tensorrt")
 
 
@@ -62,7 +63,8 @@ def _closure(start: str) -> set[str]:
 
 def test_no_import_circle():
     for m in MODULES:
-        assert m not in _closure(m), f"{m} imports itself through {sorted(_closure(m) & {x for x in MODULES if m in _closure(x)})}"
+        assert m not in _closure(m), (f"{m} imports itself through "
+                                      f"{sorted(_closure(m) & {x for x in MODULES if m in _closure(x)})}")
 
 
 def test_tuner_modules_are_imported_at_the_top():
@@ -73,7 +75,8 @@ def test_tuner_modules_are_imported_at_the_top():
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("tuner.search")))
 def test_the_search_reaches_no_builder_and_no_backend(module):
     reach = _closure(module) | {module}
-    builders = sorted(m for m in reach if m.startswith(BUILDERS) or (m.startswith("tuner.backends.") and m != "tuner.backends.base"))
+    builders = sorted(m for m in reach if m.startswith(BUILDERS)
+                      or (m.startswith("tuner.backends.") and m != "tuner.backends.base"))
     assert builders == [], f"{module} reaches {builders}"
     libs = sorted({i.split(".")[0] for m in reach for i, _ in _imports(m, MODULES[m]) if i.split(".")[0] in BACKEND_LIBS})
     assert libs == [], f"{module} reaches modules importing {libs}"

@@ -5,9 +5,10 @@ import os
 import numpy as np
 import pytest
 
+from tuner.configs import config_key
 from tuner.errors import UserError
 from tuner.problem import config_from_sets, load_problem
-from tuner.space import SPACES_DIR, config_key
+from tuner.space import SPACES_DIR
 
 ORT_ONLY = """\
 parameters:

@@ -1,5 +1,6 @@
 """The trial lines' elapsed time and ETA (tuner/progress.py), on a clock the test sets."""
 from clocks import FakeClock
+
 from tuner.progress import TrialProgress
 
 

@@ -3,8 +3,9 @@ be active together may not share one, and a space over several backends normaliz
 parameters under the keys it reads."""
 import pytest
 
+from tuner.configs import defaults_chooser, normalize
 from tuner.errors import UserError
-from tuner.space import defaults_chooser, load_space, normalize
+from tuner.space import load_space
 
 TWO_BACKENDS = """\
 parameters:

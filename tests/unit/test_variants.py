@@ -7,10 +7,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tuner.attention import attention_softmaxes, has_attention
+from tuner.configs import defaults_chooser, normalize, trial_params, variant_matches
 from tuner.demo import build_demo_model
 from tuner.report.variants import variant_lines
 from tuner.search.enqueue import params_for
-from tuner.space import load_space, normalize, defaults_chooser, trial_params, variant_matches
+from tuner.space import load_space
 from tuner.variants import choose
 
 
@@ -84,8 +85,10 @@ parameters:
   static_shapes: {type: bool, default: false}
   int8_model_type: {type: categorical, choices: [none, transformer], default: none, when: {precision: [int8]}}
   int8_smooth_quant: {type: bool, default: true, when: {precision: [int8], int8_model_type: [transformer]}}
-  int8_preset: {type: categorical, choices: [performance, mixed], default: performance, when: {precision: [int8], int8_model_type: [none]}}
-  int8_preset_transformer: {type: categorical, choices: [performance, mixed], default: mixed, key: int8_preset, when: {precision: [int8], int8_model_type: [transformer]}}
+  int8_preset: {type: categorical, choices: [performance, mixed], default: performance, \
+when: {precision: [int8], int8_model_type: [none]}}
+  int8_preset_transformer: {type: categorical, choices: [performance, mixed], default: mixed, key: int8_preset, \
+when: {precision: [int8], int8_model_type: [transformer]}}
 layer_overrides:
   keep_float:
     when: {precision: [int8, int8-weight]}
@@ -117,7 +120,8 @@ def test_no_layer_stays_in_float_under_smoothquant(ov_space):
 def test_the_ranking_s_layer_parameters_exist_only_under_its_variant(ov_space):
     under = {"precision": "int8", "int8_model_type": "transformer", "int8_smooth_quant": False}
     asked = trial_params(ov_space, defaults_chooser(under), NODES, RANKING)
-    assert asked["keep_float/top_k"] == 2 and normalize(ov_space, defaults_chooser(under), NODES, RANKING)["keep_float"] == ["m0", "m1"]
+    assert (asked["keep_float/top_k"] == 2
+            and normalize(ov_space, defaults_chooser(under), NODES, RANKING)["keep_float"] == ["m0", "m1"])
     for other in ({"int8_preset_transformer": "performance"}, {"int8_model_type": "none"}):
         params = trial_params(ov_space, defaults_chooser(under | other), NODES, RANKING)
         assert not any("/" in k for k in params), params  # no top_k, no near: every layer quantized

@@ -8,9 +8,10 @@ from __future__ import annotations
 import abc
 import functools
 import importlib
-from importlib.metadata import entry_points
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Protocol, runtime_checkable
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -111,7 +112,8 @@ class Backend(abc.ABC):
         """{node name: share of the run time} for the sensitivity profile; {}: no profiler."""
         return {}
 
-    def measured(self, model: ModelFile, ctx: BuildContext, median_ms: float, feasible: bool) -> None:
+    # B027: an optional hook, empty by default on purpose (a backend without it has nothing to keep)
+    def measured(self, model: ModelFile, ctx: BuildContext, median_ms: float, feasible: bool) -> None:  # noqa: B027
         """Told after the engine in ctx.workdir was timed (tuner.evaluate.measure); TensorRT keeps the
         fastest feasible engine's tactics for later trials."""
 
@@ -119,7 +121,7 @@ class Backend(abc.ABC):
         """What is wrong with a parameter knows() refused (one phrase; "" when there is nothing to add)."""
         return ""
 
-    def adapt(self, param: "Param") -> tuple["Param | None", str]:
+    def adapt(self, param: Param) -> tuple[Param | None, str]:
         """The space parameter (looked at by its config key) as this device can run it: choices that would
         build the same engine as another (a bf16 hint on a CPU without BF16) dropped, None for a parameter
         that changes nothing here, the default set to the library's own default on this device. The reason

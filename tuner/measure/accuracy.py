@@ -6,8 +6,8 @@ validation batches; the aggregate of a metric is its worst output.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -28,7 +28,7 @@ class BaselineBand:
     windows: int
 
     @classmethod
-    def from_history(cls, medians_ms: list[float]) -> "BaselineBand | None":
+    def from_history(cls, medians_ms: list[float]) -> BaselineBand | None:
         if len(medians_ms) < MIN_WINDOWS:
             return None
         a = np.asarray(medians_ms, dtype=np.float64)
@@ -44,7 +44,7 @@ class BaselineBand:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> "BaselineBand | None":
+    def from_dict(cls, d: dict | None) -> BaselineBand | None:
         return cls(**d) if d else None
 
 

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import numpy as np
-
 
 MAX_SPREAD = 2.0  # p90 over p10 above this: the runs differ too much for one median to describe them
 

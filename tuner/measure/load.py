@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import psutil
 
@@ -63,7 +63,7 @@ class LoadMeter:
         self.counters = counters
         self.load: Load | None = None
 
-    def __enter__(self) -> "LoadMeter":
+    def __enter__(self) -> LoadMeter:
         self._start = self.counters.snapshot()
         return self
 

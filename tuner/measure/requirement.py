@@ -28,7 +28,7 @@ class Requirement:
     bounds: tuple[Bound, ...]
 
     @classmethod
-    def parse(cls, text: str | list[str] | None, load_user_metrics: bool = True) -> "Requirement":
+    def parse(cls, text: str | list[str] | None, load_user_metrics: bool = True) -> Requirement:
         """Parse and check; load_user_metrics=False reads a stored requirement without importing
         the user's metric modules (reports)."""
         parts: list[str] = []

@@ -12,8 +12,20 @@ from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
 from ..search.trials import is_feasible
-from .view import (LAYER_PREFIX_SEP, NEAR_FRONT_RANKS, StudyView, _elapsed_s, _kept_in_float, _main_params,
-                   importance_evaluator, importances, layer_override_rates, pareto_front, route_of, summary_rows)
+from .view import (
+    LAYER_PREFIX_SEP,
+    NEAR_FRONT_RANKS,
+    StudyView,
+    _elapsed_s,
+    _kept_in_float,
+    _main_params,
+    importance_evaluator,
+    importances,
+    layer_override_rates,
+    pareto_front,
+    route_of,
+    summary_rows,
+)
 
 MAX_IMPORTANCE_PARAMS = 15
 

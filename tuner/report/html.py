@@ -13,8 +13,10 @@ from .charts import figures, note_of
 from .view import StudyView, summary_rows
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
-table.summary{border-collapse:collapse;margin:1em 0}table.summary td{border-bottom:1px solid #ddd;padding:4px 12px;vertical-align:top}
-table.summary td:first-child{font-weight:600;white-space:nowrap}p.note{background:#fff4e5;border-left:4px solid #e67e22;padding:.8em 1em}
+table.summary{border-collapse:collapse;margin:1em 0}\
+table.summary td{border-bottom:1px solid #ddd;padding:4px 12px;vertical-align:top}
+table.summary td:first-child{font-weight:600;white-space:nowrap}\
+p.note{background:#fff4e5;border-left:4px solid #e67e22;padding:.8em 1em}
 section{margin:2em 0}h2{margin-bottom:.3em}.meta{color:#666;font-size:90%}"""
 
 

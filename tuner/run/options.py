@@ -50,7 +50,7 @@ class TuneOptions:
         return self.storage or default_url(self.study)
 
     def given(self) -> dict:
-        """The settings given on this call, by the names search.settings.given_settings takes."""
+        """The settings given on this call, by the names search.settings.given_settings takes (it checks them)."""
         return {"model": self.model, "space": self.space, "data": self.data, "calib_data": self.calib_data,
                 "shapes": self.shapes, "int_ranges": self.int_ranges, "require": self.require,
                 "objectives": self.objectives, "sampler": self.sampler, "seed": self.seed, "timing": self.timing}

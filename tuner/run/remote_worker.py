@@ -11,8 +11,8 @@ from ..problem import print_notes
 from ..progress import TrialProgress
 from .claims import MAX_TRIALS_ATTR, PROTOCOL_ATTR, TrialClaims, budget_counts, worker_name
 from .join import join_study
+from .local_workers import Budget, trial_loop
 from .options import TuneOptions
-from .workers import Budget, trial_loop
 
 
 def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float | None = None,
@@ -40,4 +40,4 @@ def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float 
     finished, running = budget_counts(trials)
     return {"ran": progress.done, "finished": finished, "running": running,
             "max_trials": ctx.study.user_attrs.get(MAX_TRIALS_ATTR), "other_machine": other,
-            "machine": machine_id(ctx.settings["machine"])}
+            "machine": machine_id(ctx.settings.machine)}

@@ -11,6 +11,7 @@ from optuna.trial import TrialState
 
 from ..errors import UserError
 from ..isolate import TrialFailure
+from ..measure.requirement import Requirement
 from ..progress import TrialProgress
 from ..record import BASELINE, FAIL_REASON, RETRY_OF
 from ..report.finalists import finalist_lines
@@ -20,9 +21,9 @@ from ..search.trials import best_feasible, latency_of, was_busy
 from ..storage import local_path
 from ..winner import select_winner
 from .claims import store_run_settings
+from .local_workers import Budget, StopAfterNoImprovement, run_parallel, trial_loop
 from .options import TuneOptions
 from .prepare import open_study
-from .workers import Budget, StopAfterNoImprovement, run_parallel, trial_loop
 
 
 @dataclass
@@ -80,7 +81,8 @@ def run_trials(ctx: StudyContext, opts: TuneOptions) -> int:
     return progress.done
 
 
-def tune(opts: TuneOptions) -> TuneResult:
+def tune_study(opts: TuneOptions) -> TuneResult:
+    """`tuner tune` (and tuner.tune, the Python API): open or resume the study, run its trials, select the winner."""
     if opts.n_trials is None and opts.timeout is None and opts.max_trials is None:
         raise UserError("give a budget: --n-trials N and/or --timeout 30m (or a study-wide --max-trials N)")
     if opts.n_trials is not None and opts.n_trials < 1:
@@ -116,8 +118,10 @@ def describe_result(result: TuneResult) -> list[str]:
     lines = []
     if winner:
         lat = winner["confirmed_latency"]
-        speed = f", {winner['speedup']:.2f}x the baseline ({winner['baseline_latency']['median_ms']:.2f} ms)" if winner.get("speedup") else ""
-        err = ", ".join(f"{k}={v:.3g}" for k, v in winner["confirmed_metrics"].items() if k in winner["requirement"])
+        speed = (f", {winner['speedup']:.2f}x the baseline ({winner['baseline_latency']['median_ms']:.2f} ms)"
+                 if winner.get("speedup") else "")
+        named = {b.metric for b in Requirement.parse(winner["requirement"], load_user_metrics=False).bounds}
+        err = ", ".join(f"{k}={v:.3g}" for k, v in winner["confirmed_metrics"].items() if k in named)
         lines.append(f"winner: trial {winner['trial']}, {lat['median_ms']:.2f} ms "
                      f"[95% CI {lat['ci_low_ms']:.2f}, {lat['ci_high_ms']:.2f}]{speed}, {err or 'no requirement'}")
         backend = f"{winner['config']['backend']}, " if "backend" in winner["config"] else ""

@@ -8,7 +8,6 @@ import json
 
 import optuna
 
-
 PREFIX = "route_failure/"
 KNOWN_FAILURE = "known_failure"  # trial attr: the failure a pruned trial was not built for
 BUILD_CONSTRAINT = "builds"  # the constraint a known failure violates, besides every requirement bound

@@ -22,8 +22,8 @@ from __future__ import annotations
 import copy
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
@@ -32,8 +32,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from ..space import Param
-from .plans import (Config, activation, active_config, canon, fast_plans_with_knobs, knobs_of, plan_key, plans_fast,
-                    plans_full)
+from .plans import Config, activation, active_config, canon, fast_plans_with_knobs, knobs_of, plan_key, plans_fast, plans_full
 from .trials import is_feasible
 
 INDEX_ATTR = "plan:index"  # position of the plan in the sampler's list (analysis only)

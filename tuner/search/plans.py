@@ -11,7 +11,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..space import Param, grid_values
+from ..configs import grid_values
+from ..space import Param
 
 Config = dict[str, Any]
 

@@ -1,7 +1,7 @@
 """time_blocks and measure_paired on fake engines that advance a fake clock: exact arithmetic, no timing."""
 import pytest
-
 from clocks import FakeClock
+
 from tuner.measure.latency import LatencyProtocol, measure_latency
 from tuner.measure.paired import HOPELESS_ROUNDS, MIN_ROUNDS, OVERRUN, measure_paired, ratio_interval, time_blocks
 

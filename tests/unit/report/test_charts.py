@@ -3,8 +3,8 @@ the requirement line and the markers."""
 import math
 
 import pytest
-
 from memory_studies import stats, two_objective_study, winner
+
 from tuner.report import pareto_figure
 
 

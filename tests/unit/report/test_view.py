@@ -1,5 +1,6 @@
 """The report's summary rows (tuner.report.view.summary_rows) on a study made in memory."""
 from memory_studies import stats, two_objective_study, winner
+
 from tuner.report import summary_rows
 
 

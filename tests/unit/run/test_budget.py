@@ -1,6 +1,7 @@
-"""The trial budget of one run (tuner/run/workers.py), on a clock the test sets."""
+"""The trial budget of one run (tuner/run/local_workers.py), on a clock the test sets."""
 from clocks import FakeClock
-from tuner.run.workers import Budget
+
+from tuner.run.local_workers import Budget
 
 
 def test_a_trial_count_is_taken_exactly():

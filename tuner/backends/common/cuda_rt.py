@@ -8,8 +8,9 @@ backend says what to install when neither imports (and the same when no GPU answ
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 

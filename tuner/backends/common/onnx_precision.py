@@ -19,7 +19,8 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -27,8 +28,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ...data import Batch
 from ...model import constants_to_initializers, ensure_opset
-from .calibration import FP16_BLOCK_LISTS, BatchReader, quiet_tools
 from .bf16 import bf16_bits_to_float32, float32_to_bf16_bits
+from .calibration import FP16_BLOCK_LISTS, BatchReader, quiet_tools
 
 ROUTES = ("fp32", "fp16", "bf16", "int8")
 # The precision-route parameters these rewrites read: ONNX rewrites before parsing, so every supported

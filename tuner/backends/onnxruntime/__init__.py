@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import onnxruntime as ort
 
@@ -14,8 +15,16 @@ from ..base import Backend, Batch, BuildContext, Outputs
 from .optimizers import is_optimizer, unknown_optimizer
 from .profile import node_time_shares
 from .quantize import QUANTIZING_ROUTES, ROUTE_DEFAULTS, ROUTES, apply_precision, route_variants
-from .session import (DISABLE_PREFIX, SESSION_KEYS, adapt_feed, make_session, read_engine_dir, run_float32, session_settings,
-                      write_settings)
+from .session import (
+    DISABLE_PREFIX,
+    SESSION_KEYS,
+    adapt_feed,
+    make_session,
+    read_engine_dir,
+    run_float32,
+    session_settings,
+    write_settings,
+)
 
 
 class OrtEngine:

@@ -1,9 +1,7 @@
 """ONNX Runtime's precision routes: ONNX -> ONNX rewrites with its own quantization tooling (int8, int4, fp16)."""
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import logging
 import os
 from typing import Any

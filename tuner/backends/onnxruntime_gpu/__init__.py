@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -19,13 +20,23 @@ from ...errors import UserError
 from ...model import ModelFile, save_model
 from ..base import Backend, Batch, BuildContext, Outputs
 from ..common.cuda_rt import DeviceRuntime, load_runtime
-from ..onnxruntime import OrtEngine
-from ..onnxruntime.session import adapt_feed, read_engine_dir, write_settings
 from ..common.onnx_precision import ROUTE_OPTIONS, apply_precision
 from ..common.onnx_precision import ROUTES as TRT_ROUTES
 from ..common.paths import slug
-from .providers import (CPU_EP, CUDA_EP, KNOWN, MIN_ORT, TRT_EP, make_gpu_session, ort_version, portable, provider_list,
-                        split_options)
+from ..onnxruntime import OrtEngine
+from ..onnxruntime.session import adapt_feed, read_engine_dir, write_settings
+from .providers import (
+    CPU_EP,
+    CUDA_EP,
+    KNOWN,
+    MIN_ORT,
+    TRT_EP,
+    make_gpu_session,
+    ort_version,
+    portable,
+    provider_list,
+    split_options,
+)
 
 log = logging.getLogger("tuner.backends.onnxruntime_gpu")
 

@@ -88,8 +88,7 @@ def _ignored_scope(nncf, names: list[str]):
 def quantize_int8(model: ov.Model, config: dict[str, Any], calib: list[Batch]) -> ov.Model:
     """Static int8 (activations and weights), NNCF post-training quantization."""
     nncf = _nncf()
-    from nncf.quantization.advanced_parameters import (AdvancedQuantizationParameters, AdvancedSmoothQuantParameters,
-                                                       OverflowFix)
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, AdvancedSmoothQuantParameters, OverflowFix
 
     if not calib:
         raise ValueError("the int8 route needs calibration batches")

@@ -16,13 +16,13 @@ from typing import Any
 from ...errors import UserError
 from ...model import ModelFile, save_model
 from ..base import Backend, BuildContext
+from ..common.cuda_rt import DeviceRuntime, load_runtime
+from ..common.onnx_precision import BLOCK_LISTS, ROUTES, apply_precision
 from . import timing_cache as tc
 from .build import CacheSetup, build_plan
-from ..common.cuda_rt import DeviceRuntime, load_runtime
 from .engine import CONFIG_FILE, PLAN_FILE, TrtEngine
 from .knobs import knows, split_config
 from .library import import_tensorrt, version_of
-from ..common.onnx_precision import BLOCK_LISTS, ROUTES, apply_precision
 from .routes import KnobDatabase, parse_knob_database
 
 log = logging.getLogger("tuner.backends.tensorrt")

@@ -7,15 +7,15 @@ are pure functions, checked on the CPU; everything that calls TensorRT has not r
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from ...errors import UserError
-
-from .timing_cache import attach, merge_into_file, pin, read_bytes, snapshot
-from .library import Version
 from .knobs import is_route_knob
+from .library import Version
 from .routes import parse_knob_database, route_string
+from .timing_cache import attach, merge_into_file, pin, read_bytes, snapshot
 
 TACTIC_KNOBS = {
     "tactic_cublas": "CUBLAS", "tactic_cublas_lt": "CUBLAS_LT", "tactic_cudnn": "CUDNN",
@@ -124,7 +124,8 @@ def apply_settings(trt, bconfig, settings: dict[str, Any]) -> None:
     if "builder_optimization_level" in settings:
         bconfig.builder_optimization_level = int(settings["builder_optimization_level"])
     if "tiling_optimization_level" in settings:
-        bconfig.tiling_optimization_level = getattr(trt.TilingOptimizationLevel, str(settings["tiling_optimization_level"]).upper())
+        bconfig.tiling_optimization_level = getattr(trt.TilingOptimizationLevel,
+                                                    str(settings["tiling_optimization_level"]).upper())
     if settings.get("max_aux_streams", "auto") != "auto":
         bconfig.max_aux_streams = int(settings["max_aux_streams"])
     if "avg_timing_iterations" in settings:

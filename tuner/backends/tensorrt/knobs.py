@@ -35,7 +35,8 @@ ROUTES = Knob("route/*", "IBuilderConfig.build_route (knob database: IBuilderCon
 _TACTIC = "IBuilderConfig.set_tactic_sources(mask | 1 << int(TacticSource.{}))"
 KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("builder_optimization_level", "IBuilderConfig.builder_optimization_level", V10, default=3),
-    Knob("tiling_optimization_level", "IBuilderConfig.tiling_optimization_level = TilingOptimizationLevel.{NONE,FAST,MODERATE,FULL}",
+    Knob("tiling_optimization_level",
+         "IBuilderConfig.tiling_optimization_level = TilingOptimizationLevel.{NONE,FAST,MODERATE,FULL}",
          (10, 8, 0), default="none"),
     Knob("max_aux_streams", "IBuilderConfig.max_aux_streams", V10, default="auto"),
     Knob("avg_timing_iterations", "IBuilderConfig.avg_timing_iterations", V10, default=1),

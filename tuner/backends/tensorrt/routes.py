@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from .knobs import ROUTE_PREFIX
 
@@ -192,7 +193,8 @@ def check_space_routes(params: Iterable[Any], db: KnobDatabase) -> list[str]:
                          f"(tuner {db.tuner_version or 'none'}); every trial drops it")
             continue
         bad = [c for c in choices if knob.values and c not in knob.values]
-        default = f", the space's default {p.default!s} is not TensorRT's {knob.default}" if str(p.default) != knob.default else ""
+        default = (f", the space's default {p.default!s} is not TensorRT's {knob.default}"
+                   if str(p.default) != knob.default else "")
         if bad:
             quote = " (quote them: YAML reads on/off/yes/no as booleans)" if {"True", "False"} & set(bad) else ""
             lines.append(f"{p.name}: {bad} not among {list(knob.values)}{quote}; trials choosing them drop the "

@@ -3,9 +3,10 @@
 Shared cache: one serialised ITimingCache per study, TensorRT version and GPU, under the cache dir
 (`scope_dir`; outside a study, per model). A trial loads it before building and merges what it timed
 back after (ITimingCache.combine, under a file lock: trials of `--jobs N` build at once). Studies never
-share one, so two studies compared side by side (TPE against `--sampler fast`) time their own tactics. Caveat: a cache hit skips timing, so the first trial to time a
-layer fixes its tactic for every later trial; knobs that only change timing (avg_timing_iterations,
-max_num_tactics) then act only on layers not yet in the cache. `timing_cache: off` times every trial afresh.
+share one, so two studies compared side by side (TPE against `--sampler fast`) time their own
+tactics. Caveat: a cache hit skips timing, so the first trial to time a layer fixes its tactic for
+every later trial; knobs that only change timing (avg_timing_iterations, max_num_tactics) then act
+only on layers not yet in the cache. `timing_cache: off` times every trial afresh.
 
 Pinning: with BuilderFlag.EDITABLE_TIMING_CACHE the builder records the tactic it chose per cache key
 (NVIDIA's sampleEditableTimingCache). After a build the backend writes its cache (timing.cache) and
@@ -23,7 +24,8 @@ import json
 import os
 import re
 import tempfile
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ...locks import device_lock
 from ..common.paths import slug

@@ -7,9 +7,19 @@ import os
 
 import pytest
 
-from tuner.backends.tensorrt.routes import (allowed_values, check_space_routes, format_json, format_table, format_yaml,
-                                           option_name, param_name, parse_knob_database, parse_route, route_string,
-                                           space_parameters)
+from tuner.backends.tensorrt.routes import (
+    allowed_values,
+    check_space_routes,
+    format_json,
+    format_table,
+    format_yaml,
+    option_name,
+    param_name,
+    parse_knob_database,
+    parse_route,
+    route_string,
+    space_parameters,
+)
 from tuner.cli import main
 from tuner.space import SPACES_DIR, Param, load_space
 

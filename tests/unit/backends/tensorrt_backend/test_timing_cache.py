@@ -7,7 +7,6 @@ import pytest
 
 from tuner.backends.tensorrt import timing_cache as tc
 
-
 K1, K2 = "0x" + "ab" * 16, "0x" + "01" * 16
 
 
