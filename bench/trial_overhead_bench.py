@@ -31,7 +31,7 @@ from tuner.jobs import Evaluator, loaded_problem  # noqa: E402
 from tuner.problem import load_problem  # noqa: E402
 
 
-def load_job(spec: dict, cache_dir: str, study: str = "") -> float:
+def load_job(spec: dict, cache_dir: str, study: str = "", on_phase=None) -> float:
     """What a trial's child does before its build; returns the seconds it took in the child."""
     t0 = time.perf_counter()
     ensure_reference(loaded_problem(spec, cache_dir))
