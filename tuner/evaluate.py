@@ -121,13 +121,13 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
             base_engine.run(problem.batches[0])
             base_ms = _ms(lambda: base_engine.run(problem.batches[0]), time.perf_counter)
             limit_ms = SLOW_RUN * give_up_above * base_ms
-        metrics, per_output, slow_ms = accuracy_within(problem, engine, limit_ms)
+        check_start = time.time()
+        with LoadMeter() as check_meter:  # the load while the slow run was timed, should it be one
+            metrics, per_output, slow_ms = accuracy_within(problem, engine, limit_ms)
         if slow_ms is not None:  # one run each is all there is to say, as in paired timing's warm-up
             on_phase(f"a run took {slow_ms:.0f} ms, over {limit_ms:.0f} ms: it cannot win, not timed")
-            with LoadMeter() as meter:
-                latency, base_latency, relative = stopped_at(slow_ms, base_ms, "slow run")
-            window_start = window_end = time.time()
-            retimed = 0
+            latency, base_latency, relative = stopped_at(slow_ms, base_ms, "slow run")
+            meter, (window_start, window_end), retimed = check_meter, (check_start, time.time()), 0
         else:
             timed = _timed(problem, engine, base_engine, backend, protocol, on_phase, when_busy, band,
                            give_up_above, wait_quiet)

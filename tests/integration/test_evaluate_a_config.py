@@ -151,3 +151,14 @@ def test_disable_gelu_fusion_really_turns_the_fusion_off(demo_path, tmp_path):
 
     assert {"Gelu", "BiasGelu"} & optimized_ops({})  # the demo's erf Gelu is fused by default
     assert not {"Gelu", "BiasGelu", "FastGelu"} & optimized_ops({"disable_GeluFusion": True})
+
+
+def test_a_candidate_slower_than_the_slow_run_limit_stops_in_its_accuracy_check(problem, tmp_path):
+    """give_up_above 0.001: the limit is 3 x 0.001 x the baseline's run, which any real engine is slower
+    than, so the candidate ends after its first warm run: one batch's metrics, a one-run bound, no timing."""
+    fp32 = config_from_sets(problem, ["precision=fp32"])
+    rec = measure(problem, config_from_sets(problem, ["precision=int8-dynamic"]), str(tmp_path), FAST,
+                  baseline=fp32, give_up_above=0.001)
+    assert rec.relative["stopped"] == "slow run" and rec.relative["rounds"] == 1 and not rec.relative["converged"]
+    assert rec.latency["count"] == 1 and rec.baseline_latency["count"] == 1 and "cos" in rec.metrics
+    assert rec.timing_window[1] >= rec.timing_window[0]

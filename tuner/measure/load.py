@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 import psutil
 
 BUSY_SHARE = 0.2  # others used more than this share of all cores: the timing is marked busy
+MIN_WINDOW_S = 0.2  # shorter windows say nothing about the load (CPU-time counters tick in 10 ms)
 
 
 @dataclass
@@ -47,7 +48,9 @@ class CpuCounters:
 
     def load_since(self, start: tuple[float, float, float]) -> Load:
         t0, busy0, own0 = start
-        wall = max(self.clock() - t0, 1e-6)
+        wall = self.clock() - t0
+        if wall < MIN_WINDOW_S:  # the counters tick in 10 ms: a shorter window reads noise (5.8 "cores" once)
+            return Load(0.0, 0.0, False)
         other = max(0.0, (self.busy() - busy0) - (self.own() - own0)) / wall
         share = other / self.cores
         return Load(round(other, 3), round(share, 3), share > BUSY_SHARE)

@@ -60,3 +60,11 @@ def test_wait_until_quiet_gives_up_after_its_limit():
     m = Machine(others=2.0, mine=0.0)
     load = wait_until_quiet(lambda msg: None, max_wait_s=30.0, poll_s=5.0, counters=m.counters(), sleep=m.advance)
     assert load.busy and 30.0 <= m.t <= 36.0
+
+
+def test_a_window_shorter_than_the_counters_tick_reads_no_load():
+    m = Machine(others=0.0)
+    with LoadMeter(m.counters()) as meter:
+        m.busy += 0.01  # one 10 ms tick of another process over 2 us of wall: 5000 "cores" if divided
+        m.advance(2e-6)
+    assert meter.load.to_dict() == {"other_cores": 0.0, "share": 0.0, "busy": False}
