@@ -4,12 +4,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
+import signal
 import sys
+import threading
 
 from . import __version__
 from .backends.tensorrt.cli import add_routes_parser
 from .choices import SAMPLERS, WHEN_BUSY, Objectives, Timing, values
-from .errors import UserError
+from .errors import Terminated, UserError
 
 
 def parse_duration(text: str) -> float:
@@ -249,8 +251,14 @@ def _add_cluster_parsers(sub) -> None:
     p.set_defaults(run="cmd_migrate")
 
 
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(_normalize_argv(sys.argv[1:] if argv is None else argv))
+    in_main = threading.current_thread() is threading.main_thread()  # only there may a signal handler be set
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main else None
     try:
         # "function" in commands.py, or "module:function" (a backend's own command); heavy libraries load here
         module, _, function = args.run.rpartition(":")
@@ -258,9 +266,16 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"tuner: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("tuner: terminated (SIGTERM); a trial that was running is failed with that reason: the same "
+              "command resumes the study", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("tuner: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)  # main() called in-process (tests, the API) leaves it as it was
 
 
 if __name__ == "__main__":

@@ -3,3 +3,8 @@
 
 class UserError(Exception):
     """A mistake the user can fix (bad file, bad flag, bad field). The message says what and how."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what Slurm, `timeout` and systemd send), raised where Ctrl-C's KeyboardInterrupt would be:
+    the running trial fails with its reason, the study stays consistent, and the CLI exits 143."""

@@ -12,6 +12,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..configs import normalize, route_choice, trial_chooser
+from ..errors import Terminated
 from ..machine import same_machine
 from ..measure.guard import BaselineBand
 from ..record import BUILD_KEY, CONFIG, FAIL_REASON, MACHINE, REUSED_FROM, TrialRecord
@@ -65,6 +66,14 @@ class Objective:
         self.grid_names = set(grid_space(ctx.problem.space)) if ctx.settings.sampler == "grid" else None
 
     def __call__(self, trial: optuna.Trial):
+        try:
+            return self._run(trial)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM, wherever in the trial: Optuna fails it and re-raises
+            how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+            trial.set_user_attr(FAIL_REASON, f"{how} during this trial")
+            raise
+
+    def _run(self, trial: optuna.Trial):
         ctx = self.ctx
         config = normalize(ctx.problem.space, trial_chooser(trial, self.grid_names), ctx.problem.graph_nodes,
                            ctx.settings.rankings)
@@ -85,9 +94,6 @@ class Objective:
         try:
             rec = self.evaluator.measure(config, out_dir, baseline_band(done, ctx.settings.machine),
                                          give_up_ratio(done))
-        except KeyboardInterrupt:  # Optuna fails the trial and re-raises; say why
-            trial.set_user_attr(FAIL_REASON, "interrupted (Ctrl-C) during this trial")
-            raise
         except Exception as exc:
             trial.set_user_attr(FAIL_REASON, str(exc))
             if is_deterministic(exc):
