@@ -121,17 +121,16 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
             base_engine.run(problem.batches[0])
             base_ms = _ms(lambda: base_engine.run(problem.batches[0]), time.perf_counter)
             limit_ms = SLOW_RUN * give_up_above * base_ms
-        check_start = time.time()
         with LoadMeter() as check_meter:  # the load while the slow run was timed, should it be one
             metrics, per_output, slow_ms = accuracy_within(problem, engine, limit_ms)
         if slow_ms is not None:  # one run each is all there is to say, as in paired timing's warm-up
             on_phase(f"a run took {slow_ms:.0f} ms, over {limit_ms:.0f} ms: it cannot win, not timed")
             latency, base_latency, relative = stopped_at(slow_ms, base_ms, "slow run")
-            meter, (window_start, window_end), retimed = check_meter, (check_start, time.time()), 0
+            meter, window, retimed = check_meter, None, 0  # no window: nothing was timed under the lock
         else:
             timed = _timed(problem, engine, base_engine, backend, protocol, on_phase, when_busy, band,
                            give_up_above, wait_quiet)
-            latency, base_latency, relative, meter, (window_start, window_end), retimed = timed
+            latency, base_latency, relative, meter, window, retimed = timed
     finally:
         engine.close()
         if base_engine is not None:
@@ -145,7 +144,7 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
         config=config, latency=latency.to_dict(), metrics=metrics, per_output=per_output,
         violations=problem.requirement.violations(metrics), feasible=feasible,
         build_s=build_s, engine_bytes=_dir_bytes(out_dir), backend=f"{backend.name}-{backend.versions()[backend.name]}",
-        engine_dir=os.path.abspath(out_dir), timing_window=[window_start, window_end],
+        engine_dir=os.path.abspath(out_dir), timing_window=list(window) if window else None,
         timing="paired" if relative is not None else "alone", relative=relative.to_dict() if relative else None,
         baseline_latency=base_latency.to_dict() if base_latency else None, load=meter.load.to_dict(),
         baseline_guard=guard_record(band, base_latency.median_ms, retimed) if base_latency else None)

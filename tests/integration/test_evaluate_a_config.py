@@ -161,4 +161,4 @@ def test_a_candidate_slower_than_the_slow_run_limit_stops_in_its_accuracy_check(
                   baseline=fp32, give_up_above=0.001)
     assert rec.relative["stopped"] == "slow run" and rec.relative["rounds"] == 1 and not rec.relative["converged"]
     assert rec.latency["count"] == 1 and rec.baseline_latency["count"] == 1 and "cos" in rec.metrics
-    assert rec.timing_window[1] >= rec.timing_window[0]
+    assert rec.timing_window is None  # nothing was timed under the timing lock: no window to overlap another

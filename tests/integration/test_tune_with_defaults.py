@@ -50,8 +50,14 @@ def test_the_default_space_finds_the_planted_float_set(planted_study):
     settings = result.study.user_attrs["tuner_settings"]
     assert settings["encoding"] == {"keep_float": "sensitivity"}  # auto, with 32 candidates
     ranking = settings["rankings"]["keep_float"]
-    assert sorted(ranking["order"][:ranking["cut"]]) == PLANTED and ranking["analysis_builds"] > 60
-    found = [t for t in result.study.trials if is_feasible(t) and t.user_attrs["config"].get("keep_float") == PLANTED]
+    cut = sorted(ranking["order"][:ranking["cut"]])
+    assert set(PLANTED) <= set(cut) and ranking["analysis_builds"] > 60
+    # The variant the layers are ranked for is chosen by error among the variants not clearly slower, timed
+    # quickly: on a loaded machine another variant may be chosen, whose greedy set keeps a node or two more.
+    # Under the space's defaults the greedy set is exactly the planted blocks.
+    if ranking["variants"][0]["chosen"]:
+        assert cut == PLANTED
+    found = [t for t in result.study.trials if is_feasible(t) and sorted(t.user_attrs["config"].get("keep_float", [])) == cut]
     assert found and found[0].user_attrs["config"]["precision"] == "int8-dynamic"
 
 
