@@ -177,10 +177,19 @@ def test_kill_9_then_resume_loses_nothing(work, demo_path):
     assert any("retry_of" not in trials[n].user_attrs for n in killed_at)  # round 0 killed a first attempt
 
 
+def _signals_as_in_a_terminal() -> None:
+    """SIGINT and SIGTERM at their defaults in the tuner: a test session started in the background by a
+    non-interactive shell (`bash .ci/run &`) ignores SIGINT, every process it starts inherits that, and a
+    Python started with SIGINT ignored never turns it into KeyboardInterrupt: Ctrl-C would not be tested."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def test_ctrl_c_fails_the_running_trial_and_exits_130(work, demo_path):
     # a budget it cannot finish before the signal (ENDLESS_SPACE)
     proc = subprocess.Popen(tuner_cmd(work, *tune_args(demo_path, "intr", "--n-trials", "500", space="endless.yaml")), cwd=work,
-                            env=env_for(work), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env_for(work), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_signals_as_in_a_terminal)
     _wait_for_running_trial(work, "intr", proc, 1)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -200,7 +209,7 @@ def _the_signal_failed_the_running_trial(trials, reason):
 def test_sigterm_fails_the_running_trial_and_exits_143(work, demo_path):
     """SIGTERM, what Slurm, `timeout` and systemd send, ends a run as Ctrl-C does: no trial left RUNNING."""
     proc = subprocess.Popen(tuner_cmd(work, *tune_args(demo_path, "term", "--n-trials", "500", space="endless.yaml")),
-                            cwd=work,
+                            cwd=work, preexec_fn=_signals_as_in_a_terminal,
                             env=env_for(work), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for_running_trial(work, "term", proc, 1)
     proc.send_signal(signal.SIGTERM)
