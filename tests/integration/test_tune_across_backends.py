@@ -5,6 +5,7 @@ import os
 import pytest
 from needs import backend_or_skip
 
+from tuner import analysis
 from tuner.api import study_problem
 from tuner.backends.base import get_backend
 from tuner.cli import main
@@ -99,8 +100,12 @@ layer_overrides:
 REQUIRE = "cos<=0.002"
 
 
-def test_the_sensitivity_encoding_ranks_and_queues_the_openvino_float_set(tmp_path):
+def test_the_sensitivity_encoding_ranks_and_queues_the_openvino_float_set(tmp_path, monkeypatch):
     from tuner.demo import write_demo_model
+
+    # The analysis skips the ranking of a route whose variants read clearly slower than fp32 (quick timing):
+    # the demo's int8 reads close to its fp32, and a loaded machine tips it. Not what this tests.
+    monkeypatch.setattr(analysis, "NOT_FASTER", float("inf"))
 
     planted = write_demo_model(str(tmp_path / "planted.onnx"), outliers=2)
     (tmp_path / "space.yaml").write_text(SENSITIVITY_SPACE)

@@ -8,6 +8,7 @@ import time
 import pytest
 from optuna.trial import TrialState
 
+from tuner import analysis
 from tuner.cli import main
 from tuner.demo import write_demo_model
 from tuner.evaluate import build, measure
@@ -41,7 +42,11 @@ def planted_study(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("defaults")
     model = write_demo_model(str(tmp / "planted.onnx"), outliers=2)
     os.environ["TUNER_CACHE"] = str(tmp / "cache")
-    result = tune_study(options(tmp, "a", model, n_trials=4))
+    with pytest.MonkeyPatch.context() as mp:
+        # The analysis skips the ranking of a route whose variants read clearly slower than fp32 (quick timing):
+        # the demo's int8 reads close to its fp32, and a loaded machine tips it. Not what this tests.
+        mp.setattr(analysis, "NOT_FASTER", float("inf"))
+        result = tune_study(options(tmp, "a", model, n_trials=4))
     return tmp, model, result
 
 
