@@ -18,7 +18,7 @@ from .backends.base import Backend, BuildContext, Engine, get_backend
 from .locks import default_lock_path, device_lock
 from .measure.accuracy import compute_metrics, load_user_metric
 from .measure.guard import BaselineBand, guard_record
-from .measure.latency import LatencyProtocol, measure_latency
+from .measure.latency import LatencyProtocol, measure_latency, sample_ms
 from .measure.load import LoadMeter, wait_until_quiet
 from .measure.paired import SLOW_RUN, Clock, measure_paired, stopped_at
 from .problem import Problem
@@ -70,10 +70,10 @@ def accuracy_within(problem: Problem, engine: Engine, limit_ms: float | None,
     ran 84 s per inference on MiniLM-L3, and its 4-batch check took 5.5 minutes of the study."""
     outputs, slow_ms = [], None
     for i, batch in enumerate(problem.batches):
-        took = _ms(lambda batch=batch: outputs.append(engine.run(batch)), clock)
+        took = sample_ms(lambda batch=batch: outputs.append(engine.run(batch)), clock)
         if limit_ms is not None and took > limit_ms:
             if i == 0:  # a first run may pay for lazy set-up: only a warm run counts
-                took = _ms(lambda batch=batch: engine.run(batch), clock)
+                took = sample_ms(lambda batch=batch: engine.run(batch), clock)
             if took > limit_ms:
                 slow_ms = took
                 break
@@ -82,12 +82,6 @@ def accuracy_within(problem: Problem, engine: Engine, limit_ms: float | None,
     for spec in problem.requirement.user_metrics():
         metrics[spec] = float(load_user_metric(spec)(outputs, refs, problem.batches[:len(outputs)]))
     return metrics, per_output, slow_ms
-
-
-def _ms(call: Callable[[], object], clock: Clock) -> float:
-    t0 = clock()
-    call()
-    return (clock() - t0) * 1e3
 
 
 def _dir_bytes(path: str) -> int:
@@ -119,7 +113,7 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
         limit_ms = base_ms = None
         if base_engine is not None and give_up_above:  # the slow-run limit of paired timing, on the check too
             base_engine.run(problem.batches[0])
-            base_ms = _ms(lambda: base_engine.run(problem.batches[0]), time.perf_counter)
+            base_ms = sample_ms(lambda: base_engine.run(problem.batches[0]))
             limit_ms = SLOW_RUN * give_up_above * base_ms
         with LoadMeter() as check_meter:  # the load while the slow run was timed, should it be one
             metrics, per_output, slow_ms = accuracy_within(problem, engine, limit_ms)
