@@ -123,7 +123,8 @@ def time_blocks(calls: list[Call], protocol: LatencyProtocol, baseline: int = -1
         for i in order if rounds % 2 == 0 else order[::-1]:
             samples[i].append(_block(calls[i], runs, clock))
             if clock() - start > OVERRUN * protocol.max_seconds and all(samples[j] for j in order):
-                return samples, False, "overrun"
+                whole = min(len(s) for s in samples)  # a round cut short pairs with nothing: its blocks are dropped
+                return [s[:whole] for s in samples], False, "overrun"
         rounds += 1
         intervals = [ratio_interval(samples[i], samples[baseline]) for i in candidates]
         if rounds >= MIN_ROUNDS and all(_tight(*iv, protocol.rel_ci) for iv in intervals):

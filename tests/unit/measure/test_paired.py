@@ -100,3 +100,15 @@ def test_no_timing_outlives_the_overrun_cap():
                                               LatencyProtocol(warmup=1, max_seconds=2.0), baseline=1, clock=clock)
     assert stopped == "overrun" and not converged
     assert clock.t <= OVERRUN * 2.0 + 4 * 0.7  # one block past the cap at most
+
+
+@pytest.mark.parametrize("cap", [0.5 + 0.25 * i for i in range(12)])
+def test_an_overrun_mid_round_keeps_whole_rounds_only(cap):
+    """The overrun cap can fall between a round's two blocks: the block without its partner is dropped, so
+    every engine has the same rounds and the ratio pairs them (it failed with an IndexError under load)."""
+    clock = FakeClock()
+    engines = [clock.engine(0.3, 0.7), clock.engine(0.5)]
+    samples, _, stopped = time_blocks(engines, LatencyProtocol(warmup=1, max_seconds=cap), baseline=1, clock=clock)
+    assert len(samples[0]) == len(samples[1]) >= 1
+    _, _, rel = measure_paired(*engines, LatencyProtocol(warmup=1, max_seconds=cap), clock=clock)
+    assert rel.rounds >= 1
