@@ -9,13 +9,19 @@ either starts a child per job (trials: each starts clean) or keeps one child for
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
+from .orphans import end_with_parent
+
 _CTX = None
+# The process that imported this module: in a child forked from the forkserver (which has it preloaded
+# through tuner.jobs), the forkserver, i.e. the child's parent even if that died before the child looked.
+_IMPORTED_IN = os.getpid()
 # Preloaded into the forkserver (a backend whose library is missing is skipped there).
 PRELOAD = ["tuner.jobs", "tuner.backends.onnxruntime", "tuner.backends.openvino"]
 
@@ -55,8 +61,29 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
+def _leave_the_forkserver_alive_pipe() -> None:
+    """A forkserver exits once every holder of its "alive" pipe has closed it: its owner, and each child
+    it forked, which inherits the pipe to start children through it (a job never does; a new one would
+    start its own forkserver anyway). Closed here, the forkserver exits when its owner dies, even by
+    kill -9, and takes this child with it (end_with_parent); held, the two would wait on each other."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if forkserver.get_inherited_fds() is None or getattr(server, "_forkserver_alive_fd", None) is None:
+        return  # not a forkserver's child
+    try:
+        os.close(server._forkserver_alive_fd)
+    except OSError:
+        pass
+    server._forkserver_alive_fd = None
+
+
 def _serve(conn) -> None:
     """The child: run jobs from the pipe until it closes."""
+    # It never outlives its forkserver (whose main thread, the one that forks, lives as long as it does),
+    # which never outlives the process that runs the jobs.
+    end_with_parent(_IMPORTED_IN if _IMPORTED_IN != os.getpid() else os.getppid())
+    _leave_the_forkserver_alive_pipe()
     # Ctrl-C reaches the whole process group: the parent fails the job and ends this child.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _quiet_child()

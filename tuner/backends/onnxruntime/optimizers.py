@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import os
 import re
 import subprocess
 import sys
@@ -29,6 +30,14 @@ REWRITE_RULES = frozenset({
 # `disable_GeluFusion` turns off each of them, so a space keeps working across ORT versions.
 LEVEL_SUFFIXES = ("L1", "L2")
 
+# The probe ends with the process that waits for it, should that one be killed (tuner.orphans).
+_END_WITH_PARENT = """
+try:
+    from tuner.orphans import end_with_parent
+    end_with_parent({parent})
+except ImportError:  # the tuner is not on this Python's path: a probe still ends on its own
+    pass
+"""
 _PROBE = """
 import onnxruntime as ort
 from onnx import TensorProto, helper
@@ -49,7 +58,8 @@ def optimizer_names() -> frozenset[str]:
     logged = cache.read_json(key)
     if not logged:
         try:
-            out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+            probe = _END_WITH_PARENT.format(parent=os.getpid()) + _PROBE
+            out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
             logged = sorted(set(re.findall(r"Applying graph transformer (\w+)", out.stderr + out.stdout)))
         except (OSError, subprocess.SubprocessError):
             logged = []
