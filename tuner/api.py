@@ -1,6 +1,8 @@
 """The Python API, mirroring the CLI: tuner.tune(...), tuner.load_study(...), tuner.select(...), tuner.export(...)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import optuna
 
 from .errors import UserError
@@ -8,7 +10,7 @@ from .export import export_winner
 from .problem import Problem
 from .run.options import TuneOptions
 from .run.tune import TuneResult, tune_study
-from .search.settings import SETTINGS_ATTR
+from .search.settings import SETTINGS_ATTR, allowed_metrics, check_metrics
 from .search.study import stored_settings
 from .storage import default_url
 from .storage import load_study as _load_study
@@ -25,19 +27,22 @@ def load_study(study: str, storage: str | None = None) -> optuna.Study:
     return _load_study(study, storage or default_url(study), reading=True)
 
 
-def study_problem(study: optuna.Study) -> Problem:
-    """The problem a study tunes, loaded from its stored settings."""
-    settings = stored_settings(study)
+def study_problem(study: optuna.Study, allow_metrics: Iterable[str] = ()) -> Problem:
+    """The problem a study tunes, loaded from its stored settings. A user metric it names is run (by
+    select, export, verify) only if allow_metrics names it and its file is the study's (check_metrics)."""
+    settings = stored_settings(study, load_user_metrics=False)
     if settings is None:
         raise UserError(f"study {study.study_name!r} was not made by engine-tuner (no {SETTINGS_ATTR})")
+    settings = check_metrics(study.study_name, settings, allowed_metrics(allow_metrics))
     return settings.spec.load(settings.requirement)
 
 
-def select(study: str, storage: str | None = None, top_k: int = 3) -> dict | None:
+def select(study: str, storage: str | None = None, top_k: int = 3, allow_metrics: Iterable[str] = ()) -> dict | None:
     s = _load_study(study, storage or default_url(study))
-    return select_winner(s, study_problem(s), top_k)
+    return select_winner(s, study_problem(s, allow_metrics), top_k)
 
 
-def export(study: str, out: str, storage: str | None = None, best_effort: bool = False, force: bool = False) -> dict:
+def export(study: str, out: str, storage: str | None = None, best_effort: bool = False, force: bool = False,
+           allow_metrics: Iterable[str] = ()) -> dict:
     s = _load_study(study, storage or default_url(study))
-    return export_winner(s, study_problem(s), out, best_effort, force=force)
+    return export_winner(s, study_problem(s, allow_metrics), out, best_effort, force=force)

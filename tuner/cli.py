@@ -49,6 +49,12 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _non_negative_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: needs a whole number of 0 or more")
+    return int(text)
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -86,6 +92,12 @@ def _add_problem_args(p: argparse.ArgumentParser, model_optional: bool = False) 
                                                       "comma-separated; default: none, every trial counts as feasible)")
 
 
+def _add_allow_metric(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-metric", action="append", metavar="MODULE:FUNC",
+                   help="run this user metric where the study's requirement names it (repeatable; default: none; "
+                        "a stored metric is code whoever writes the database chose: docs/distributed.md#trust-model)")
+
+
 def _add_study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study", required=True, help="study name: letters, digits, '.', '_', '-' (required)")
     p.add_argument("--storage", help="storage URL (default sqlite:///studies/NAME.db; journal:///FILE.log; postgresql+psycopg://...)")
@@ -102,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("space", help="print the space a model gets: parameters, defaults, per-layer parameters")
     p.add_argument("model", help="path of the .onnx model")
     p.add_argument("--space", help="space file (YAML); default: search_spaces/onnxruntime-cpu.yaml")
-    p.add_argument("--limit", type=int, default=20, help="per-layer parameters to list (default 20)")
+    p.add_argument("--limit", type=_non_negative_int, default=20, help="per-layer parameters to list (default 20)")
     p.set_defaults(run="cmd_space")
     p = sub.add_parser("evaluate", help="build one candidate engine and measure latency and accuracy")
     _add_problem_args(p)
@@ -134,8 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "(default: refuse any change)")
     p.add_argument("--trial-timeout", type=parse_duration, default=600.0,
                    help="time limit of one trial's build and measurement (default 600 s)")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="worker processes on this study (default 1): builds run in parallel, timing one at a time")
+    p.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
+                   help="worker processes on this study (default 1): builds run in parallel, timing one at a time; "
+                        "more than the machine's cores is capped to them")
+    p.add_argument("--jobs-over-cores", action="store_true",
+                   help="run every --jobs worker although they outnumber the cores (default: cap at the core count)")
     p.add_argument("--stop-after-no-improvement", type=_positive_int, metavar="N",
                    help="stop after N trials without a better feasible latency (default: never)")
     p.add_argument("--top-k", type=_positive_int, default=3,
@@ -150,17 +165,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warm-start", metavar="OTHER[@URL]",
                    help="a new study begins with another study's best configs, winner first, re-measured here, and "
                         "reuses its sensitivity ranking when the model and data are the same (default: none)")
-    p.add_argument("--sensitivity-budget", type=int, default=150, metavar="BUILDS",
+    p.add_argument("--sensitivity-budget", type=_non_negative_int, default=150, metavar="BUILDS",
                    help="cap on the builds of the per-layer sensitivity analysis (default 150; 0: no cap): above it, "
                         "layer groups are ranked first, then the layers inside the groups that matter")
     p.add_argument("--keep-engines", action="store_true",
                    help="keep every trial's engine on disk (default: none kept; export rebuilds)")
     p.add_argument("--engines-dir", help="where trial engines are built (default next to the study database)")
     p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
+    _add_allow_metric(p)
     p.set_defaults(run="cmd_tune")
     p = sub.add_parser("select", help="re-time the top feasible trials side by side and store the confirmed winner")
     _add_study_args(p)
     p.add_argument("--top-k", type=_positive_int, default=3, help="candidates to compare (default 3)")
+    _add_allow_metric(p)
     p.set_defaults(run="cmd_select")
     p = sub.add_parser("export", help="write the winner: engine, config.json, report.json")
     _add_study_args(p)
@@ -173,11 +190,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-verify", action="store_true",
                    help="skip the closing check (tuner verify: the exported engine against the defaults in a fresh "
                         "process; default: verify)")
+    _add_allow_metric(p)
     p.set_defaults(run="cmd_export")
     p = sub.add_parser("verify", help="re-time the winner against the backend's defaults in a fresh process, as a user "
                                       "checking the claim would, and print both figures")
     _add_study_args(p)
     p.add_argument("--engine", metavar="DIR", help="the folder `tuner export --out` wrote (default: rebuild the winner)")
+    _add_allow_metric(p)
     p.set_defaults(run="cmd_verify")
     p = sub.add_parser("status", help="trials by state, best feasible, winner, Pareto set, disk use")
     _add_study_args(p)
@@ -187,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run="cmd_studies")
     p = sub.add_parser("demo", help="write the demo model, tune it, select and export the winner, write the report")
     p.add_argument("--dir", default="tuner-demo", help="where the model, study and winner go (default tuner-demo)")
-    p.add_argument("--n-trials", type=int, default=30, help="trials (default 30, a few minutes on 2 cores)")
+    p.add_argument("--n-trials", type=_positive_int, default=30, help="trials (default 30, a few minutes on 2 cores)")
     p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
     p.set_defaults(run="cmd_demo")
     p = sub.add_parser("sensitivity", help="rank the per-layer candidates of a quantizing route by the error they cause")
@@ -205,9 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-variants", action="store_true",
                    help="rank the route with the space's default options (and --set) as they are; default: first build "
                         "each accuracy-relevant option set of the route all-quantized, print them, and rank the best")
-    p.add_argument("--budget", type=int, default=0, metavar="BUILDS",
+    p.add_argument("--budget", type=_non_negative_int, default=0, metavar="BUILDS",
                    help="cap on the analysis's builds (default 0: no cap): groups first, then layers inside the top groups")
-    p.add_argument("--limit", type=int, default=30, help="rows to print (default 30; the files have all)")
+    p.add_argument("--limit", type=_non_negative_int, default=30, help="rows to print (default 30; the files have all)")
     p.add_argument("--out", metavar="PREFIX", help="write PREFIX.csv and PREFIX.json (default sensitivity-MODEL)")
     p.add_argument("--html", action="store_true", help="also write PREFIX.html, a bar chart of the ranking (default: off)")
     p.set_defaults(run="cmd_sensitivity")
@@ -243,6 +262,7 @@ def _add_cluster_parsers(sub) -> None:
     p.add_argument("--when-busy", choices=WHEN_BUSY, default="warn",
                    help="when other processes keep the machine busy: warn (default: mark the trial) or wait for quiet")
     p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
+    _add_allow_metric(p)
     p.set_defaults(run="cmd_worker")
     p = sub.add_parser("migrate", help="copy studies between storages, e.g. a SQLite file to PostgreSQL")
     p.add_argument("--from", dest="from_url", required=True, help="source storage URL (required)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import sys
 
 from .api import study_problem
@@ -28,8 +29,9 @@ from .report.view import StudyView
 from .run.options import TuneOptions, engines_dir
 from .run.remote_worker import run_worker, worker_name
 from .run.tune import TuneResult, describe_result, tune_study
+from .search.trials import study_outcome
 from .sensitivity import analyze, greedy_float_set
-from .space import load_space
+from .space import group_pattern_problem, load_space
 from .space_backends import check_backends
 from .storage import (
     default_url,
@@ -38,12 +40,14 @@ from .storage import (
     migrate,
     open_for_reading,
 )
+from .user_paths import check_output_dir, check_output_file
 from .variants import carried_settings, choose, measure_variants, variant_setups
 from .verify import verify_lines, verify_winner
 from .winner import select_winner
 
 
 def cmd_demo_model(args) -> int:
+    check_output_file(args.out, "--out")
     print(write_demo_model(args.out, outliers=args.outliers))
     return 0
 
@@ -78,14 +82,18 @@ def cmd_space(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    check_output_dir(args.out, "--out")
     problem = load_problem(args.model, args.space, args.data, args.calib_data, args.shape, args.int_range, args.require)
     config = config_from_sets(problem, args.set)
     print_notes(problem.notes)
+    made_out = not os.path.exists(args.out)
     with Evaluator(problem.spec) as evaluator:
         try:
             record = evaluator.measure(config, args.out)
         except TrialFailure as exc:
-            raise UserError(f"the candidate could not be built or measured: {exc}") from None
+            if made_out:
+                shutil.rmtree(args.out, ignore_errors=True)  # a failed evaluation leaves no folder behind
+            raise UserError(f"the candidate failed{' during ' + exc.phase if exc.phase else ''}: {exc}") from None
     rec = record.to_dict()
     with open(os.path.join(args.out, "result.json"), "w") as f:
         json.dump(rec, f, indent=2, default=str)
@@ -109,8 +117,10 @@ def _tune_options(args) -> TuneOptions:
     return TuneOptions(
         study=args.study, model=args.model, storage=args.storage, space=args.space, data=args.data,
         calib_data=args.calib_data, shapes=args.shape, int_ranges=args.int_range, require=args.require,
+        allow_metrics=args.allow_metric or [],
         objectives=args.objectives, sampler=args.sampler, seed=args.seed, n_trials=args.n_trials, max_trials=args.max_trials,
         timeout=args.timeout, enqueue=args.enqueue or [], force=args.force, trial_timeout=args.trial_timeout, jobs=args.jobs,
+        jobs_over_cores=args.jobs_over_cores,
         stop_after_no_improvement=args.stop_after_no_improvement, top_k=args.top_k, select=not args.no_select,
         quiet=args.quiet, keep_engines=args.keep_engines, engines_dir=args.engines_dir,
         protocol=LatencyProtocol(max_seconds=args.max_timing_s) if args.max_timing_s else None, timing=args.timing,
@@ -122,12 +132,20 @@ def cmd_tune(args) -> int:
     print(f"study {args.study}: {result.trials_run} trials run, {len(result.study.trials)} in the study")
     for line in describe_result(result):
         print(line)
-    return 0
+    return _outcome(result.study)
+
+
+def _outcome(study) -> int:
+    """A study that found nothing usable exits non-zero (3: every trial failed, 4: none feasible), saying why."""
+    code, why = study_outcome(study)
+    if why:
+        print(f"tuner: {why} (exit {code})", file=sys.stderr)
+    return code
 
 
 def cmd_select(args) -> int:
     study = load_study(args.study, args.storage or default_url(args.study))
-    problem = study_problem(study)
+    problem = study_problem(study, args.allow_metric or ())
     print_notes(problem.notes)
     try:
         winner = select_winner(study, problem, args.top_k)
@@ -141,7 +159,7 @@ def cmd_select(args) -> int:
 def cmd_export(args) -> int:
     check_out_dir(args.out, args.force)  # before anything loads: a refusal is the only line
     study = load_study(args.study, args.storage or default_url(args.study))
-    problem = study_problem(study)
+    problem = study_problem(study, args.allow_metric or ())
     print_notes(problem.notes)
     try:
         rep = export_winner(study, problem, args.out, args.best_effort, force=args.force)
@@ -155,16 +173,16 @@ def cmd_export(args) -> int:
     if not rep["rebuilt_matches_stored"]:
         print("warning: the rebuilt engine's error differs from the stored one by more than 5%", file=sys.stderr)
     if rep["kind"] == "winner" and not args.no_verify:
-        result = _verify(study, os.path.join(args.out, "engine"), rep["backend"])
+        result = _verify(study, os.path.join(args.out, "engine"), rep["backend"], args.allow_metric)
         rep["verify"] = result
         with open(os.path.join(args.out, "report.json"), "w") as f:
             json.dump(rep, f, indent=2, default=str)
     return 0
 
 
-def _verify(study, engine_dir: str | None, backend: str | None) -> dict:
+def _verify(study, engine_dir: str | None, backend: str | None, allow_metrics: list[str] | None) -> dict:
     try:
-        result = verify_winner(study, study_problem(study), engine_dir, backend)
+        result = verify_winner(study, study_problem(study, allow_metrics or ()), engine_dir, backend)
     except TrialFailure as exc:
         raise UserError(f"verifying the winner failed: {exc}") from None
     for line in verify_lines(result):
@@ -182,7 +200,7 @@ def cmd_verify(args) -> int:
         with open(report) as f:
             backend = json.load(f).get("backend", "onnxruntime")
         engine_dir = os.path.join(args.engine, "engine")
-    _verify(study, engine_dir, backend)
+    _verify(study, engine_dir, backend, args.allow_metric)
     return 0
 
 
@@ -247,6 +265,9 @@ def cmd_sensitivity(args) -> int:
     route = route_config(problem, args.route, args.backend, values)
     override = quantizing_override(problem, route["precision"], route.get("backend"))
     if args.groups:
+        why = group_pattern_problem(args.groups)
+        if why:
+            raise UserError(f"--groups: {why}")
         override = dataclasses.replace(override, granularity="group", group_pattern=args.groups)
     print_notes(problem.notes)
     progress = progress_printer(quiet=False, log_lines=False)
@@ -283,11 +304,11 @@ def cmd_worker(args) -> int:
     rep = run_worker(args.storage, args.study, args.n_trials, args.timeout, args.model, args.data, args.space,
                      args.calib_data, args.allow_other_machine, args.trial_timeout,
                      LatencyProtocol(max_seconds=args.max_timing_s) if args.max_timing_s else None, args.quiet,
-                     when_busy=args.when_busy)
+                     when_busy=args.when_busy, allow_metrics=args.allow_metric)
     budget = f" of the study's budget {rep['max_trials']}" if rep["max_trials"] else ""
     print(f"worker {worker_name()} (machine {rep['machine']}{', not the study machine' if rep['other_machine'] else ''}): "
           f"{rep['ran']} trials run; study: {rep['finished']} finished{budget}, {rep['running']} running")
-    return 0
+    return _outcome(load_study(args.study, args.storage, reading=True))
 
 
 def cmd_migrate(args) -> int:

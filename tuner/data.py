@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import hashlib
-import os
 
 import numpy as np
+import psutil
 
 from .errors import UserError
 from .model import TensorSpec
+from .user_paths import check_input_file
 
 Batch = dict[str, np.ndarray]
 
@@ -43,6 +44,19 @@ def check_int_ranges(ranges: dict[str, tuple[int, int]], specs: list[TensorSpec]
     return ranges
 
 
+def _check_fits_in_memory(specs: list[TensorSpec], shapes: dict[str, tuple[int, ...]], n_batches: int,
+                          available: int | None = None) -> None:
+    """Inputs that would take more than half the free memory are a mistyped --shape, not a study: say so
+    before numpy fails to allocate them (floats are drawn as float64 first)."""
+    need = n_batches * sum(int(np.prod(shapes[s.name], dtype=np.float64)) * max(8, np.dtype(s.dtype).itemsize)
+                           for s in specs)
+    available = psutil.virtual_memory().available if available is None else available
+    if need > available / 2:
+        given = ", ".join(f"{s.name}={'x'.join(map(str, shapes[s.name]))}" for s in specs)
+        raise UserError(f"the inputs {given} need {need / 2**30:.3g} GiB for {n_batches} batches, more than half the "
+                        f"free memory ({available / 2**30:.3g} GiB); check --shape")
+
+
 def synthetic_batches(
     specs: list[TensorSpec],
     shapes: dict[str, tuple[int, ...]],
@@ -52,6 +66,7 @@ def synthetic_batches(
 ) -> list[Batch]:
     """Seeded inputs: floats standard normal; integers uniform in the user's range (required)."""
     int_ranges = int_ranges or {}
+    _check_fits_in_memory(specs, shapes, n_batches)
     rng = np.random.default_rng(seed)
     batches = []
     for _ in range(n_batches):
@@ -78,8 +93,7 @@ def synthetic_batches(
 
 def load_npz_batches(path: str, specs: list[TensorSpec]) -> list[Batch]:
     """An .npz with one array per input name; a leading axis of batches (arrays [B, *input_shape])."""
-    if not os.path.isfile(path):
-        raise UserError(f"{path}: no such data file; pass an .npz with one array per model input")
+    check_input_file(path, "data", "pass an .npz with one array per model input")
     try:
         npz = np.load(path, allow_pickle=False)
         arrays = {k: npz[k] for k in npz.files}
@@ -98,6 +112,10 @@ def load_npz_batches(path: str, specs: list[TensorSpec]) -> list[Batch]:
             raise UserError(
                 f"{path}: input {spec.name!r} has shape {list(arr.shape)}; expected [n_batches] + {list(spec.shape)}"
             )
+        if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
+            bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+            raise UserError(f"{path}: input {spec.name!r} has {bad} NaN or infinite values of {arr.size}; accuracy "
+                            f"against such inputs means nothing: give finite inputs")
         counts.add(arr.shape[0])
     if len(counts) != 1 or 0 in counts:
         raise UserError(f"{path}: every input needs the same, non-zero number of batches (leading axis); got {sorted(counts)}")

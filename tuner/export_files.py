@@ -9,6 +9,7 @@ import shutil
 import tempfile
 
 from .errors import UserError
+from .user_paths import check_output_dir
 
 MANIFEST = "export-manifest.json"
 STAGING_PREFIX = ".export-"  # the new files are built here, inside the folder, then moved into place
@@ -30,8 +31,7 @@ def previous_export(out_dir: str) -> list[str] | None:
 
 def check_out_dir(out_dir: str, force: bool) -> None:
     """--out is a new or empty folder, or --force is given; else one line and nothing is written."""
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise UserError(f"--out {out_dir} is a file, not a folder; give a folder for the engine, e.g. --out {out_dir}-engine")
+    check_output_dir(out_dir, "--out")
     entries = [e for e in os.listdir(out_dir) if not e.startswith(STAGING_PREFIX)] if os.path.isdir(out_dir) else []
     if entries and not force:
         ours = " (an earlier export: --force replaces its files)" if MANIFEST in entries else ""

@@ -11,6 +11,7 @@ import onnx
 from onnx import helper
 
 from .errors import UserError
+from .user_paths import check_input_file
 
 
 @dataclass(frozen=True)
@@ -38,14 +39,21 @@ class ModelFile:
         return [(n.name, n.op_type) for n in self.proto.graph.node]
 
 
+def _missing_external_data(path: str, data_file: str) -> UserError:
+    return UserError(f"{path}: its external data file {data_file} is missing; keep the model's weight files next "
+                     f"to it, as they were exported")
+
+
 def load_model(path: str, check: bool = True) -> onnx.ModelProto:
     """Load an ONNX model (external data too) and run the checker; user errors name the file.
     check=False: a process that trusts its parent's check (tuner.problem.ProblemSpec.model_hash)."""
-    if not os.path.isfile(path):
-        raise UserError(f"{path}: no such model file; pass the path of an .onnx file")
+    check_input_file(path, "model", "pass the path of an .onnx file")
     try:
         model = onnx.load(path, load_external_data=True)
     except Exception as exc:  # onnx raises DecodeError and friends for non-ONNX files
+        missing = re.search(r"should be stored in (.+?), but", str(exc))  # the model is there, its weights file not
+        if missing:
+            raise _missing_external_data(path, missing.group(1)) from None
         raise UserError(f"{path}: not an ONNX model ({type(exc).__name__}); pass an .onnx file") from None
     if not model.graph.node:
         raise UserError(f"{path}: not an ONNX model (no graph nodes); pass an .onnx file")
@@ -55,7 +63,22 @@ def load_model(path: str, check: bool = True) -> onnx.ModelProto:
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0]
         raise UserError(f"{path}: fails the ONNX checker: {first}") from None
+    if check:
+        _check_op_domains(path, model)
     return model
+
+
+# Op domains the runtimes implement; the checker accepts any other domain unchecked, and every build then fails.
+KNOWN_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")
+
+
+def _check_op_domains(path: str, model: onnx.ModelProto) -> None:
+    local = {(f.domain, f.name) for f in model.functions}  # functions the model defines itself
+    for node in model.graph.node:
+        if node.domain not in KNOWN_DOMAINS and (node.domain, node.op_type) not in local:
+            raise UserError(f"{path}: node {node.name or node.op_type!r} is op {node.op_type} of domain {node.domain!r}, "
+                            f"which no backend implements (known domains: ai.onnx, ai.onnx.ml, com.microsoft); "
+                            f"export the model with standard ops")
 
 
 def _value_spec(value: onnx.ValueInfoProto) -> TensorSpec:
@@ -109,6 +132,18 @@ def parse_shape_profile(items: list[str] | None) -> dict[str, tuple[int, ...]]:
             raise UserError(f"--shape {item!r}: expected NAME=DIMxDIM..., e.g. input_ids=8x128") from None
         shapes[name] = shape
     return shapes
+
+
+def check_shapes_match_data(profile: dict[str, tuple[int, ...]], data_shapes: dict[str, tuple[int, ...]],
+                             data_path: str) -> None:
+    """With --data the data's shapes are the shapes: a --shape that says otherwise is a mistake, not ignored."""
+    for name, shape in profile.items():
+        if name not in data_shapes:
+            raise UserError(f"--shape names unknown input {name!r}; the model's inputs are {sorted(data_shapes)}")
+        if tuple(shape) != tuple(data_shapes[name]):
+            raise UserError(f"--shape {name}={'x'.join(map(str, shape))} contradicts --data {data_path}, whose {name} "
+                            f"batches are {'x'.join(map(str, data_shapes[name]))}; drop --shape (the data's shapes "
+                            f"are used)")
 
 
 def resolve_shapes(specs: list[TensorSpec], profile: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
@@ -173,6 +208,8 @@ def model_hash(path: str) -> str:
         {e.value for t in model.graph.initializer for e in t.external_data if e.key == "location"}
     )
     for loc in locations:
+        if not os.path.isfile(os.path.join(base, loc)):
+            raise _missing_external_data(path, os.path.join(base, loc))
         with open(os.path.join(base, loc), "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)

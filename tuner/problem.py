@@ -15,7 +15,15 @@ from . import data as data_mod
 from .configs import defaults_chooser, normalize, parse_set, trial_params
 from .errors import UserError
 from .measure.requirement import Requirement
-from .model import ModelFile, TensorSpec, input_specs, load_model, parse_shape_profile, resolve_shapes
+from .model import (
+    ModelFile,
+    TensorSpec,
+    check_shapes_match_data,
+    input_specs,
+    load_model,
+    parse_shape_profile,
+    resolve_shapes,
+)
 from .model import model_hash as hash_model
 from .space import BACKEND, Space, load_space
 from .space_backends import check_backends
@@ -98,6 +106,7 @@ def load_problem(model_path: str, space_path: str | None = None, data: str | Non
     if data:
         batches = data_mod.load_npz_batches(data, specs)
         concrete = {k: tuple(v.shape) for k, v in batches[0].items()}
+        check_shapes_match_data(profile, concrete, data)
     else:
         concrete = resolve_shapes(specs, profile)
         batches = data_mod.synthetic_batches(specs, concrete, n_batches, ranges)

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from .errors import UserError
+from .user_paths import check_input_file
 
 
 def _spaces_dir() -> str:
@@ -166,13 +167,38 @@ def _cores(v):
     return os.cpu_count() or 1 if v == "cores" else v
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load, except that a key given twice is an error: PyYAML keeps the last silently."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice (line "
+                                                        f"{key_node.start_mark.line + 1}); keep one", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def group_pattern_problem(pattern: str | None) -> str | None:
+    """Why a group regex cannot name layer groups, or None: it must compile and have one capture group."""
+    try:
+        groups = re.compile(pattern or "").groups
+    except re.error as exc:
+        return f"not a valid regular expression: {exc}"
+    if groups != 1:
+        return (f"{pattern!r} has {groups} capture groups; it needs exactly one, the group's name, "
+                "e.g. '^(block\\d+)/'")
+    return None
+
+
 def load_space(path: str | None = None) -> Space:
     path = path or DEFAULT_SPACE
-    if not os.path.isfile(path):
-        raise UserError(f"{path}: no such space file; built-in spaces are in {SPACES_DIR}")
+    check_input_file(path, "space", f"built-in spaces are in {SPACES_DIR}")
     try:
         with open(path) as f:
-            doc = yaml.safe_load(f)
+            doc = yaml.load(f, _UniqueKeyLoader)  # noqa: S506 - a SafeLoader: plain data only
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
 
@@ -247,12 +273,11 @@ def load_space(path: str | None = None) -> Space:
         if gran not in ("node", "group"):
             fail(f"{where}.granularity", f"{gran!r} is not node or group")
         if gran == "group":
-            try:
-                re.compile(d.get("group_pattern") or "")
-            except re.error as exc:
-                fail(f"{where}.group_pattern", f"not a valid regular expression: {exc}")
             if not d.get("group_pattern"):
                 fail(f"{where}.group_pattern", "granularity group needs a group_pattern with one capture group")
+            problem = group_pattern_problem(d["group_pattern"])
+            if problem:
+                fail(f"{where}.group_pattern", problem)
         ops = d.get("op_types")
         if not isinstance(ops, list) or not ops:
             fail(f"{where}.op_types", "needs a non-empty list of ONNX op types")

@@ -5,6 +5,7 @@ worker's trial is failed and retried) and `tuner migrate` live here too."""
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import sqlite3
@@ -68,16 +69,63 @@ def heartbeat_options() -> dict:
             "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)}
 
 
-def _has_optuna_schema(path: str) -> bool:
+def _sqlite_tables(path: str) -> set[str] | None:
+    """The tables of a SQLite file, read-only; None where it is not a SQLite database."""
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         finally:
             con.close()
     except sqlite3.Error:
-        return False
-    return {"studies", "trials", "version_info"} <= tables
+        return None
+
+
+def _has_optuna_schema(path: str) -> bool:
+    return {"studies", "trials", "version_info"} <= (_sqlite_tables(path) or set())
+
+
+def holds_no_study(path: str) -> bool:
+    """A SQLite or journal file with no study in it (an empty journal, or no row in Optuna's studies table)."""
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return True
+    if "studies" not in (_sqlite_tables(path) or set()):
+        return _sqlite_tables(path) is not None  # a SQLite file with no tables yet; a journal with lines has one
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT COUNT(*) FROM studies").fetchone()[0] == 0
+    finally:
+        con.close()
+
+
+def _optuna_tables() -> set[str]:
+    from optuna.storages._rdb.models import BaseModel
+
+    return set(BaseModel.metadata.tables) | {"alembic_version"}  # alembic: Optuna's schema migrations
+
+
+def _check_not_foreign(url: str, path: str, flag: str) -> None:
+    """A file that exists and holds anything but Optuna's data is the user's own: never add tables or lines
+    to it (a new study gets a new file)."""
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    if url.startswith(JOURNAL_PREFIX):
+        with open(path, "rb") as f:
+            first = f.readline(1 << 20)
+        try:
+            ours = "op_code" in json.loads(first)  # every line of Optuna's journal is one JSON log entry
+        except (ValueError, TypeError):
+            ours = False
+        if not ours:
+            raise UserError(f"{flag} {url}: {path} is not an Optuna journal; give a new file, e.g. "
+                            f"{JOURNAL_PREFIX}studies.log; nothing was changed")
+        return
+    tables = _sqlite_tables(path)
+    foreign = None if tables is None else sorted(t for t in tables - _optuna_tables() if not t.startswith("sqlite_"))
+    if tables is None or foreign:
+        what = "not a SQLite database" if tables is None else f"holds tables that are not Optuna's ({', '.join(foreign[:5])})"
+        raise UserError(f"{flag} {url}: {path} {what}; give a file of its own for the studies, e.g. "
+                        f"sqlite:///studies.db; nothing was changed")
 
 
 def open_storage(url: str, create: bool = True, flag: str = "--storage") -> optuna.storages.BaseStorage:
@@ -88,6 +136,7 @@ def open_storage(url: str, create: bool = True, flag: str = "--storage") -> optu
     if path is not None:
         if not create:
             _check_study_file(url, path, flag)
+        _check_not_foreign(url, path, flag)
         parent = os.path.dirname(path)
         try:
             if parent:
@@ -219,7 +268,7 @@ def local_storage_urls() -> list[str]:
 def migrate(src: str, dst: str, study: str | None = None) -> list[tuple[str, int]]:
     """Copy one study (or every study) from src to dst with trials, attrs and constraints."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    src_storage, dst_storage = open_storage(src, create=False, flag="--from"), open_storage(dst, flag="--to")
+    src_storage = open_storage(src, create=False, flag="--from")
     names = [s.study_name for s in optuna.get_all_study_summaries(src_storage, include_best_trial=False)]
     if study is not None:
         if study not in names:
@@ -227,6 +276,7 @@ def migrate(src: str, dst: str, study: str | None = None) -> list[tuple[str, int
         names = [study]
     if not names:
         raise UserError(f"no studies in {src}")
+    dst_storage = open_storage(dst, flag="--to")  # only once there is something to copy: a refusal makes no file
     existing = {s.study_name for s in optuna.get_all_study_summaries(dst_storage, include_best_trial=False)}
     clash = [n for n in names if n in existing]
     if clash:

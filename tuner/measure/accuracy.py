@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UserError
+from .metric_source import split_spec
 
 Outputs = list[dict[str, np.ndarray]]  # one dict of output name -> array per batch
 
@@ -84,6 +85,8 @@ def _top1(outputs, refs, name):
 
 
 BUILTIN_METRICS = sorted([*FLAT_METRICS, "cos", "top1"])
+# The least value each built-in metric takes: a requirement below it can never hold (snr_db has none that matters).
+METRIC_FLOOR = {m: 0.0 for m in BUILTIN_METRICS if m != "snr_db"}
 # snr_db is negative-noise dB (e.g. -40 means 40 dB SNR); requirements on it read snr_db<=-30.
 
 
@@ -106,10 +109,10 @@ def compute_metrics(
 
 
 def load_user_metric(spec: str) -> Callable:
-    """`module:function`; the function gets (outputs, refs, inputs) and returns an error (lower is better)."""
-    mod, sep, fn = spec.partition(":")
-    if not sep or not mod or not fn:
-        raise UserError(f"metric {spec!r}: a user metric is written module:function")
+    """`module:function`; the function gets (outputs, refs, inputs) and returns an error (lower is better).
+    The one place a user metric's module is imported: when the metric is computed, in the trial's child
+    (parsing a requirement only reads its source: measure.metric_source)."""
+    mod, fn = split_spec(spec)
     try:
         func = getattr(importlib.import_module(mod), fn)
     except (ImportError, AttributeError) as exc:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UserError
-from .accuracy import BUILTIN_METRICS, load_user_metric
+from .accuracy import BUILTIN_METRICS, METRIC_FLOOR
+from .metric_source import locate_metric
 
 _REQ = re.compile(r"^\s*([A-Za-z_][\w.]*(?::[A-Za-z_]\w*)?)\s*<=\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
 
@@ -29,8 +30,9 @@ class Requirement:
 
     @classmethod
     def parse(cls, text: str | list[str] | None, load_user_metrics: bool = True) -> Requirement:
-        """Parse and check; load_user_metrics=False reads a stored requirement without importing
-        the user's metric modules (reports)."""
+        """Parse and check. A user metric's module is never imported here: its source is found and its
+        function checked for the signature (outputs, refs, inputs) (measure.metric_source);
+        load_user_metrics=False skips even that (reports read a stored requirement of another host)."""
         parts: list[str] = []
         for t in [text] if isinstance(text, str) else (text or []):
             parts += [p for p in re.split(r"[,;]|\band\b", t) if p.strip()]
@@ -46,8 +48,12 @@ class Requirement:
             if ":" not in metric and metric not in BUILTIN_METRICS:
                 raise UserError(f"requirement {part.strip()!r}: unknown metric {metric!r}; known: {', '.join(BUILTIN_METRICS)}")
             if ":" in metric and load_user_metrics:
-                load_user_metric(metric)
-            bounds.append(Bound(metric, float(m.group(2))))
+                locate_metric(metric)
+            limit = float(m.group(2))
+            if limit < METRIC_FLOOR.get(metric, -float("inf")):
+                raise UserError(f"requirement {part.strip()!r}: {metric} is an error of at least {METRIC_FLOOR[metric]:g} "
+                                f"(0 is identical), so no engine can meet it; give a limit of 0 or more, e.g. {metric}<=0.005")
+            bounds.append(Bound(metric, limit))
         return cls(tuple(bounds))
 
     def __str__(self) -> str:

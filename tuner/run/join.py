@@ -3,6 +3,7 @@ stored settings, its files found here with the same content, and this machine's 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import replace
 
 from ..backends.base import backend_devices, backend_versions
@@ -10,7 +11,7 @@ from ..errors import UserError
 from ..machine import fingerprint, machine_id, same_machine
 from ..model import model_hash
 from ..search.samplers import make_sampler
-from ..search.settings import SETTINGS_ATTR, StudySettings, check_data, file_hash
+from ..search.settings import SETTINGS_ATTR, StudySettings, allowed_metrics, check_data, check_metrics, file_hash
 from ..search.study import StudyContext, load_existing, stored_settings
 from ..space import SPACES_DIR
 from ..storage import check_study_name, open_storage
@@ -52,15 +53,19 @@ def this_machine(space) -> dict:
 
 def join_study(url: str, name: str, worker: int = 0, model: str | None = None, data: str | None = None,
                space: str | None = None, calib_data: str | None = None,
-               allow_other_machine: bool = False) -> tuple[StudyContext, bool]:
+               allow_other_machine: bool = False,
+               allow_metrics: Iterable[str] | None = None) -> tuple[StudyContext, bool]:
     """(the study with local paths and this machine, whether this machine differs from the study's).
-    Nothing is written to the study."""
+    Nothing is written to the study. allow_metrics: the user metrics this worker's command line allows
+    (`tuner worker --allow-metric`, or the allowance of the `tuner tune` that started a local worker); None:
+    checked already in this process, so only their files' hashes are checked again here."""
     study = load_existing(check_study_name(name), open_storage(url, create=False))
     if study is None:
         raise UserError(f"no study {name!r} in {url}; create it first: tuner tune MODEL.onnx --study {name} --storage URL")
-    settings = stored_settings(study)
+    settings = stored_settings(study, load_user_metrics=False)  # its user metrics: check_metrics, below
     if settings is None:
         raise UserError(f"study {name!r} was not made by engine-tuner (no {SETTINGS_ATTR}); create it with tuner tune")
+    settings = check_metrics(name, settings, None if allow_metrics is None else allowed_metrics(allow_metrics))
     local = {"model_path": _localized(name, settings, "model_path", model, "model", "--model", "model_hash", model_hash),
              "space_path": _localized(name, settings, "space_path", space, "space file", "--space", "space_hash",
                                       file_hash),

@@ -7,7 +7,6 @@ N, and it shows the progress of all workers, which report each finished trial's 
 """
 from __future__ import annotations
 
-import ctypes
 import multiprocessing as mp
 import os
 import queue as queue_mod
@@ -19,8 +18,11 @@ from optuna.trial import TrialState
 
 from ..isolate import TrialFailure
 from ..jobs import Evaluator
+from ..orphans import end_with_parent
 from ..search.enqueue import baseline_config
 from ..search.objective import Objective
+from ..measure.requirement import Requirement
+from ..search.settings import allowed_metrics
 from ..search.study import StudyContext
 from ..search.trials import is_feasible, speed_key
 from .claims import TrialClaims
@@ -102,18 +104,12 @@ def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: 
         evaluator.close()
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when the tuning process dies, even by kill -9."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _worker_main(url: str, study: str, opts: TuneOptions, index: int, budget: Budget, done: mp.Queue) -> None:
-    _die_with_parent()
+    end_with_parent(mp.parent_process().pid)  # a worker never outlives the tuning process, even one killed by kill -9
     try:
-        ctx, _ = join_study(url, study, worker=index)
+        # what the user's command allowed, not what the database names now (it may have been rewritten since)
+        allowed = allowed_metrics(opts.allow_metrics, Requirement.parse(opts.require) if opts.require else None)
+        ctx, _ = join_study(url, study, worker=index, allow_metrics=allowed)
         trial_loop(ctx, opts, budget, [lambda s, t: done.put(("trial", t.number))])
     except KeyboardInterrupt:
         pass  # the trial it ran is already failed with its reason
@@ -123,7 +119,8 @@ def _worker_main(url: str, study: str, opts: TuneOptions, index: int, budget: Bu
 
 def run_parallel(ctx: StudyContext, opts: TuneOptions, jobs: int, budget: Budget, callbacks: list) -> list[str]:
     """Start `jobs` workers on the study, feed their finished trials to callbacks, wait for all.
-    Returns the errors of workers that could not run."""
+    Returns the errors of workers that could not run. The calling thread starts the workers and waits
+    for them here: their parent-death signal (tuner.orphans) follows that thread, which outlives them."""
     done: mp.Queue = _SPAWN.Queue()
     procs = [_SPAWN.Process(target=_worker_main, args=(ctx.url, ctx.study.study_name, opts, i, budget, done))
              for i in range(jobs)]

@@ -22,6 +22,7 @@ class TuneOptions:
     shapes: list[str] | None = None
     int_ranges: list[str] | None = None
     require: str | list[str] | None = None
+    allow_metrics: list[str] = field(default_factory=list)  # MODULE:FUNC a stored study may run (--allow-metric)
     objectives: str | None = None
     sampler: str | None = None
     seed: int | None = None
@@ -32,6 +33,7 @@ class TuneOptions:
     force: bool = False
     trial_timeout: float = 600.0
     jobs: int = 1
+    jobs_over_cores: bool = False  # else --jobs is capped at the core count (builds would only compete)
     stop_after_no_improvement: int | None = None
     top_k: int = 3
     select: bool = True

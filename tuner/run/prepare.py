@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from dataclasses import replace
 
 from ..analysis import ranking_notes, study_rankings
@@ -14,9 +15,24 @@ from ..configs import effective_encoding
 from ..errors import UserError
 from ..problem import print_notes
 from ..search.enqueue import parse_enqueue
-from ..search.settings import check_data, check_inputs, given_settings, merge_settings, new_settings
-from ..search.study import StudyContext, create_or_resume, load_existing, stored_settings
-from ..storage import check_study_name, local_path, open_storage
+from ..search.settings import (
+    allowed_metrics,
+    check_data,
+    check_inputs,
+    check_metrics,
+    given_settings,
+    merge_settings,
+    new_settings,
+)
+from ..search.study import (
+    StudyAppeared,
+    StudyContext,
+    create_or_resume,
+    load_existing,
+    stored_settings,
+    wait_for_settings,
+)
+from ..storage import check_study_name, holds_no_study, local_path, open_storage
 from .join import this_machine
 from .options import TuneOptions
 from .warm import warm_start
@@ -34,8 +50,12 @@ def open_study(opts: TuneOptions) -> StudyContext:
     new_parent = bool(parent) and not os.path.exists(parent)
     try:
         return _open_study(opts)
+    except StudyAppeared as appeared:  # another `tuner tune` made it meanwhile: join it, as `--jobs` workers do
+        print(f"note: study {opts.study!r} was created by another process a moment ago: joining it", file=sys.stderr)
+        wait_for_settings(opts.study, appeared.storage)
+        return _open_study(opts, joined=True)  # its file is the other process's now: no clean-up on refusal
     except UserError:
-        if fresh:
+        if fresh and holds_no_study(path):  # another process may have made a study in it meanwhile
             for leftover in (path, f"{path}-wal", f"{path}-shm"):
                 with contextlib.suppress(OSError):
                     os.remove(leftover)
@@ -45,12 +65,15 @@ def open_study(opts: TuneOptions) -> StudyContext:
         raise
 
 
-def _open_study(opts: TuneOptions) -> StudyContext:
+def _open_study(opts: TuneOptions, joined: bool = False) -> StudyContext:
+    """joined: a second pass, resuming the study another process created while this one prepared."""
     given = given_settings(**opts.given())
     storage = open_storage(opts.storage_url)
     study = load_existing(opts.study, storage)
-    stored = stored_settings(study)
+    stored = stored_settings(study, load_user_metrics=False)  # a stored user metric: check_metrics's question
     settings = merge_settings(opts.study, stored, given, opts.force) if stored else new_settings(given)
+    settings = check_metrics(opts.study, settings, allowed_metrics(opts.allow_metrics, given.get("requirement")),
+                             opts.force, forceable=True)
     if stored:
         check_inputs(opts.study, settings, opts.force)
     # validates model, data and space before any write; the requirement was parsed once, into settings
@@ -58,7 +81,8 @@ def _open_study(opts: TuneOptions) -> StudyContext:
     if stored:
         check_data(opts.study, stored, problem.data_hash)
     parse_enqueue(problem, settings, opts.enqueue)  # refused here, before the study exists or anything is built
-    print_notes(problem.notes)  # once the input is known good; before the sensitivity analysis, which can take minutes
+    if not joined:
+        print_notes(problem.notes)  # once the input is known good; before the sensitivity analysis, which can take minutes
     settings = replace(
         settings, data_hash=problem.data_hash, backend=",".join(problem.space.backends),  # part of every build key
         encoding={o.name: effective_encoding(o, problem.graph_nodes) for o in problem.space.overrides},

@@ -19,11 +19,13 @@ def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float 
                model: str | None = None, data: str | None = None, space: str | None = None,
                calib_data: str | None = None, allow_other_machine: bool = False, trial_timeout: float = 600.0,
                protocol: LatencyProtocol | None = None, quiet: bool = True, keep_engines: bool = False,
-               engines_dir: str | None = None, when_busy: str = "warn") -> dict:
-    """`tuner worker`: run trials of an existing study until its budget (or this worker's) is spent."""
+               engines_dir: str | None = None, when_busy: str = "warn", allow_metrics: list[str] | None = None) -> dict:
+    """`tuner worker`: run trials of an existing study until its budget (or this worker's) is spent. It runs
+    a user metric the study names only if allow_metrics (--allow-metric) names it (docs/distributed.md)."""
     if n_trials is not None and n_trials < 1:
         raise UserError(f"--n-trials {n_trials}: needs at least 1")
-    ctx, other = join_study(url, name, os.getpid(), model, data, space, calib_data, allow_other_machine)
+    ctx, other = join_study(url, name, os.getpid(), model, data, space, calib_data, allow_other_machine,
+                            allow_metrics=allow_metrics or ())
     print_notes(ctx.problem.notes)
     if n_trials is None and timeout is None and MAX_TRIALS_ATTR not in ctx.study.user_attrs:
         raise UserError(f"study {name!r} has no study-wide budget (tuner tune ... --max-trials N); "

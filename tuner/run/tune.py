@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import optuna
 from optuna.trial import TrialState
@@ -17,8 +18,9 @@ from ..record import BASELINE, FAIL_REASON, RETRY_OF
 from ..report.finalists import finalist_lines
 from ..search.enqueue import enqueue_initial
 from ..search.study import StudyContext
-from ..search.trials import best_feasible, latency_of, was_busy
+from ..search.trials import best_feasible, completed, latency_of, was_busy
 from ..storage import local_path
+from ..user_paths import check_writable_dir
 from ..winner import select_winner
 from .claims import store_run_settings
 from .local_workers import Budget, StopAfterNoImprovement, run_parallel, trial_loop
@@ -81,6 +83,16 @@ def run_trials(ctx: StudyContext, opts: TuneOptions) -> int:
     return progress.done
 
 
+def capped_jobs(jobs: int, over_cores: bool, cores: int | None = None) -> int:
+    """More workers than cores only make builds compete (timing is one at a time anyway): capped, said once."""
+    cores = cores or os.cpu_count() or 1
+    if jobs <= cores or over_cores:
+        return jobs
+    print(f"note: --jobs {jobs} is more than this machine's {cores} cores: running {cores} workers "
+          f"(--jobs-over-cores runs all {jobs}; timing stays one at a time either way)", file=sys.stderr)
+    return cores
+
+
 def tune_study(opts: TuneOptions) -> TuneResult:
     """`tuner tune` (and tuner.tune, the Python API): open or resume the study, run its trials, select the winner."""
     if opts.n_trials is None and opts.timeout is None and opts.max_trials is None:
@@ -95,7 +107,10 @@ def tune_study(opts: TuneOptions) -> TuneResult:
         raise UserError(f"--top-k {opts.top_k}: needs at least 1")
     if opts.protocol is not None and not opts.protocol.max_seconds > 0:
         raise UserError(f"--max-timing-s {opts.protocol.max_seconds}: needs more than 0 seconds")
+    if opts.engines_dir:
+        check_writable_dir(opts.engines_dir, "--engines-dir")  # else every trial would fail on it
     ctx = open_study(opts)  # says the problem's notes
+    opts = replace(opts, jobs=capped_jobs(opts.jobs, opts.jobs_over_cores))
     store_run_settings(ctx.study, opts.max_trials, opts.protocol)  # for `tuner worker` on other hosts
     with study_run_lock(ctx.url, opts.study) as alone:
         if alone:
@@ -134,7 +149,7 @@ def describe_result(result: TuneResult) -> list[str]:
         lines += finalist_lines(winner)
     elif study.user_attrs.get("winner", False) is None:  # selection ran and found nothing feasible
         best = study.user_attrs.get("best_effort")
-        lines.append("no trial meets the requirement" + (
+        lines.append(("no trial meets the requirement" if completed(study) else "no winner: no trial completed") + (
             f"; closest: trial {best['trial']} (violations {best['violations']}), export it with --best-effort" if best else ""))
     else:
         lines.append(f"no winner selected yet: tuner select --study {study.study_name}")

@@ -7,16 +7,19 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .. import __version__
 from ..choices import SAMPLERS, Objectives, Timing, values
 from ..errors import UserError
+from ..measure.metric_source import locate_metric, split_spec
 from ..measure.requirement import Requirement
 from ..model import model_hash
 from ..problem import ProblemSpec
 from ..space import DEFAULT_SPACE
+from ..user_paths import check_input_file
 
 SETTINGS_ATTR = "tuner_settings"
 # 2: StudySettings (flat, with "schema"); 1: the untyped dict before it, with a second copy of the problem
@@ -45,6 +48,7 @@ class StudySettings:
     model_hash: str = ""
     space_hash: str | None = None
     data_hash: str | None = None
+    metric_hashes: dict = field(default_factory=dict)  # user metric -> sha256 of its source (check_metrics)
     objectives: Objectives = Objectives.LATENCY_ERROR
     sampler: str = "tpe"
     seed: int | None = None
@@ -120,8 +124,7 @@ def given_settings(model=None, space=None, data=None, calib_data=None, shapes=No
     Requirement, Objectives, Timing), checked (None or empty: not given)."""
     given: dict = {}
     if model:
-        if not os.path.isfile(model):
-            raise UserError(f"{model}: no such model file")
+        check_input_file(model, "model", "pass the path of an .onnx file")
         given["model_path"] = _abs(model)
         given["model_hash"] = model_hash(model)
     if space:
@@ -213,3 +216,47 @@ def check_data(study_name: str, settings: StudySettings, data_hash: str) -> None
         raise UserError(f"study {study_name!r}: the validation data here differ from the study's (data hash "
                         f"{data_hash}, the study has {settings.data_hash}); give the same --data/--shape/--int-range, "
                         "or use a new --study name for new data (--force cannot change them)")
+
+
+TRUST = "docs/distributed.md#trust-model"
+
+
+def allowed_metrics(flags: Iterable[str] | None, requirement: Requirement | None = None) -> set[str]:
+    """The user metrics a command line allows to run: its --allow-metric's and those of its own --require."""
+    allowed = set(requirement.user_metrics()) if requirement else set()
+    for spec in flags or ():
+        try:
+            split_spec(spec)
+        except UserError:
+            raise UserError(f"--allow-metric {spec}: write MODULE:FUNCTION, e.g. my_metrics:score") from None
+        allowed.add(spec)
+    return allowed
+
+
+def check_metrics(study_name: str, settings: StudySettings, allowed: Iterable[str] | None, force: bool = False,
+                  forceable: bool = False) -> StudySettings:
+    """A study's user metrics are code that whoever writes its database names: a process runs one only if
+    its own command line allows it (`allowed`: allowed_metrics) and the metric's source file here is the
+    one the study was made with (its sha256 in metric_hashes), as the model's. allowed=None: the caller
+    already allowed them (a local worker of `tuner tune`, which checked). force (tune --force, forceable):
+    go on with a changed file. Returns the settings with the hashes of the requirement's user metrics
+    (a new metric's, or an older study's, taken from the file here)."""
+    hashes = {}
+    allowed = None if allowed is None else set(allowed)
+    for spec in settings.requirement.user_metrics():
+        stored = settings.metric_hashes.get(spec)
+        if allowed is not None and spec not in allowed:
+            why = (" and was made before studies stored a metric's source hash, so nothing ties it to a file"
+                   if stored is None else ": code chosen by whoever writes the study's database")
+            raise UserError(f"study {study_name!r} names the user metric {spec}{why}; a command runs a study's "
+                            f"metric only if its own command line allows it: add --allow-metric {spec} if you trust "
+                            f"this host's {spec} ({TRUST})")
+        source = locate_metric(spec)
+        here = source.sha256()
+        if stored is not None and here != stored and not force:
+            fix = ("give the same file, or --force to go on with this one (the study's errors so far were measured "
+                   "with the other)" if forceable else "give this host the study's file")
+            raise UserError(f"metric {spec}: the file here differs from the one the study {study_name!r} was made with "
+                            f"(sha256 {here[:16]}, the study has {stored[:16]}): {source.path}; {fix}")
+        hashes[spec] = here
+    return replace(settings, metric_hashes=hashes)

@@ -1,6 +1,7 @@
 """The Optuna study behind a tuning run: create or resume it with its settings and sampler."""
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass, field, replace
 
@@ -31,6 +32,26 @@ class StudyContext:
         return self.settings.objectives.names
 
 
+class StudyAppeared(Exception):
+    """Another process created the study between this one's look and its create (two `tuner tune` started
+    at once on a new study): this one joins it as a resume."""
+
+    def __init__(self, storage):
+        super().__init__("the study was created by another process")
+        self.storage = storage
+
+
+def wait_for_settings(name: str, storage, timeout_s: float = 120.0, clock=time.monotonic, sleep=time.sleep) -> None:
+    """The creator stores the settings right after creating the study: wait for them (a creator that died in
+    between leaves a study without settings, refused as not engine-tuner's by the resume)."""
+    deadline = clock() + timeout_s
+    while clock() < deadline:
+        study = load_existing(name, storage)
+        if study is not None and study.user_attrs.get(SETTINGS_ATTR):
+            return
+        sleep(0.2)
+
+
 def load_existing(name: str, storage) -> optuna.Study | None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
@@ -52,8 +73,11 @@ def create_or_resume(name: str, storage, study: optuna.Study | None, settings: S
     n_objectives = len(settings.objectives.names)
     sampler = make_sampler(settings, problem.space)
     if study is None:
-        study = optuna.create_study(study_name=name, storage=storage, directions=["minimize"] * n_objectives,
-                                    sampler=sampler)
+        try:
+            study = optuna.create_study(study_name=name, storage=storage, directions=["minimize"] * n_objectives,
+                                        sampler=sampler)
+        except optuna.exceptions.DuplicatedStudyError:
+            raise StudyAppeared(storage) from None
         with warnings.catch_warnings():  # "experimental"; it names the axes of Optuna's plots and the dashboard
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             names = METRIC_NAMES[settings.timing or Timing.ALONE]

@@ -4,7 +4,8 @@ from __future__ import annotations
 import optuna
 from optuna.trial import TrialState
 
-from ..record import BASELINE
+from ..errors import EXIT_ALL_FAILED, EXIT_NONE_FEASIBLE
+from ..record import BASELINE, FAIL_REASON
 
 
 def is_feasible(t) -> bool:
@@ -68,6 +69,22 @@ def baseline_trial(study: optuna.Study):
 def best_feasible(study: optuna.Study):
     feas = [t for t in completed(study) if is_feasible(t) and is_trusted(t)]
     return min(feas, key=speed_key) if feas else None
+
+
+def study_outcome(study: optuna.Study) -> tuple[int, str | None]:
+    """(exit code, why) of a finished run, so a batch script can tell a study that found nothing from one
+    that did: 3 when every trial failed, 4 when trials completed but none meets the requirement."""
+    trials = study.get_trials(deepcopy=False)
+    done = completed(study)
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    ended = [t for t in trials if t.state in (TrialState.FAIL, TrialState.PRUNED)]  # pruned: a known failure reused
+    if not done and failed:
+        reason = " ".join(str(failed[0].user_attrs.get(FAIL_REASON, "no reason stored")).split())
+        return EXIT_ALL_FAILED, (f"every trial failed ({len(ended)}); the first: "
+                                 f"{reason[:150] + '...' if len(reason) > 150 else reason}; `tuner status` lists them")
+    if done and not any(is_feasible(t) for t in done):
+        return EXIT_NONE_FEASIBLE, f"none of the {len(done)} completed trials meets the requirement"
+    return 0, None
 
 
 def closest_candidate(study: optuna.Study):

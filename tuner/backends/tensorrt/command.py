@@ -2,10 +2,9 @@
 Tuner's knob database (TensorRT 11.1+) as a table, JSON or space-file lines, or checked against a space."""
 from __future__ import annotations
 
-import os
-
 from ...errors import UserError
 from ...space import load_space
+from ...user_paths import check_input_file
 from .backend import TensorRTBackend
 from .routes import check_space_routes, format_json, format_table, format_yaml, parse_knob_database, space_parameters
 
@@ -27,8 +26,8 @@ def _knob_database_text(from_file: str | None) -> str:
 
 
 def cmd_routes(args) -> int:
-    if args.model and not os.path.isfile(args.model):
-        raise UserError(f"{args.model}: no such model file")
+    if args.model:
+        check_input_file(args.model, "model", "pass the path of an .onnx file")
     text = _knob_database_text(args.from_file)
     try:
         if args.json:
