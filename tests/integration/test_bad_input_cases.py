@@ -87,6 +87,10 @@ CASES = [
          EXIT_NONE_FEASIBLE, ("none of the 1 completed trials meets the requirement", "(exit 4)")),
     Case("more --jobs than cores", ("tune", "{demo}", "--study", "j", "--n-trials", "1", *FAST, "--jobs", "1000"), 0,
          ("--jobs 1000 is more than this machine's", "--jobs-over-cores")),
+    Case("a metric that is not a function (and would print on import)", _tune("{demo}", *SHAPE, "--require", "this:s<=1"),
+         2, ("this:s",), absent=("studies",)),
+    Case("a callable that is no metric", _tune("{demo}", *SHAPE, "--require", "os:system<=1"), 2,
+         ("os:system", "not a function defined in os's source"), absent=("studies",)),
     # misleading lines before
     Case("a directory as the model", _tune("{dir}"), 2, ("is a directory, not a model file",), absent=("studies",)),
     Case("a directory as --data", _tune("{demo}", "--data", "{dir}"), 2, ("is a directory, not a data file",),
@@ -197,12 +201,13 @@ def test_bad_input_case(case, inputs, tmp_path, capsys, monkeypatch):
         code = main(argv)
     except SystemExit as exc:  # argparse's refusals
         code = exc.code
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert code == case.code, err
     assert "Traceback" not in err, err
     for word in case.words:
         assert word in err, (word, err)
-    if code == 2:  # one line, after the notes a run that began says
+    if code == 2:  # nothing on stdout (no module of a metric ran at parse time); one line, after any notes
+        assert out == "", out
         lines = [line for line in err.strip().splitlines() if not line.startswith("note: ")]
         assert len(lines) == 1 and lines[0].startswith("tuner") and ": error: " in lines[0], err
     for path in case.absent:
