@@ -81,12 +81,24 @@ def group_candidates(candidates: dict[str, list[str]], override: LayerOverride) 
     return by(lambda c: f"{order[(order.index(c) // size) * size]}..")
 
 
-def _measure(evaluator: Evaluator, config: dict, timing: LatencyProtocol | None = None) -> dict:
-    """One build's metrics (and quick latency); a build that fails is the route's failure, said in one line."""
-    try:
-        return evaluator.accuracy(config, timing)
-    except TrialFailure as exc:
-        raise UserError(f"route {config.get('precision')} does not build on this model: {exc}") from None
+def _measure(problem: Problem, evaluator: Evaluator, config: dict, timing: LatencyProtocol | None = None) -> dict:
+    """One build's metrics (and quick latency); a build that fails is the route's failure, said in one line.
+    Cached as measured, so an analysis killed midway resumes at the build that was in flight."""
+    backend = problem.backend_name(config)
+    scope = json.dumps([problem.model_hash, problem.data_hash, backend_versions([backend]),
+                        sorted(problem.requirement.user_metrics())], sort_keys=True)
+    name = f"measured-{hashlib.sha256(scope.encode()).hexdigest()[:16]}.json"
+    key = json.dumps([config, asdict(timing) if timing else None], sort_keys=True, default=str)
+    got = (cache.read_json(name) or {}).get(key)
+    if got is None:
+        try:
+            got = evaluator.accuracy(config, timing)
+        except TrialFailure as exc:
+            raise UserError(f"route {config.get('precision')} does not build on this model: {exc}") from None
+        stored = cache.read_json(name) or {}  # read again: another study may have added builds meanwhile
+        stored[key] = got
+        cache.write_json(name, stored)
+    return got | {"feasible": problem.requirement.holds(got["metrics"])}  # this study's bounds, whatever stored it
 
 
 def table_key(problem: Problem, route_config: dict, candidates: dict[str, list[str]], budget: int | None,
@@ -112,8 +124,8 @@ def _entries(problem: Problem, route_config: dict, override: LayerOverride, eval
     for i, (cand, nodes) in enumerate(candidates.items()):
         on_progress(f"sensitivity {i + 1}/{len(candidates)}: {cand}")
         others = sorted(set(all_nodes) - set(nodes))
-        only = _measure(evaluator, route_config | {override.key: others}, QUICK)
-        all_but = _measure(evaluator, route_config | {override.key: sorted(nodes)})
+        only = _measure(problem, evaluator, route_config | {override.key: others}, QUICK)
+        all_but = _measure(problem, evaluator, route_config | {override.key: sorted(nodes)})
         out.append(Entry(cand, nodes, float(only["metrics"][metric]), float(all_but["metrics"][metric]),
                          sum(shares.get(n, 0.0) for n in nodes), fp32_ms - only["median_ms"]))
     return sorted(out, key=lambda e: (-e.error_only, e.error_all_but))
@@ -141,10 +153,10 @@ def analyze(problem: Problem, route_config: dict, override: LayerOverride, evalu
     metric = problem.requirement.primary_metric
     all_nodes = sorted(n for nodes in candidates.values() for n in nodes)
     shares = evaluator.node_times(problem.backend_name(route_config))
-    fp32_ms = known.get("fp32_ms") or _measure(evaluator, fp32_config(route_config), QUICK)["median_ms"]
+    fp32_ms = known.get("fp32_ms") or _measure(problem, evaluator, fp32_config(route_config), QUICK)["median_ms"]
     err_all = known.get("error_all_quantized")
     if err_all is None:
-        err_all = _measure(evaluator, route_config | {override.key: []})["metrics"][metric]
+        err_all = _measure(problem, evaluator, route_config | {override.key: []})["metrics"][metric]
     args = (problem, route_config, override, evaluator)
     if budget is None or _full_cost(candidates, base) <= budget:
         entries = _entries(*args, candidates, all_nodes, shares, fp32_ms, on_progress)
@@ -185,7 +197,7 @@ def greedy_float_set(problem: Problem, route_config: dict, table: dict, evaluato
         nonlocal builds
         builds += 1
         kept = sorted(n for name in names for n in nodes_of[name])
-        return _measure(evaluator, route_config | {table.get("config_key", table["override"]): kept})["feasible"]
+        return _measure(problem, evaluator, route_config | {table.get("config_key", table["override"]): kept})["feasible"]
 
     def spent() -> bool:
         return budget is not None and builds >= budget

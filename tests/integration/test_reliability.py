@@ -175,6 +175,52 @@ def test_kill_9_then_resume_loses_nothing(work, demo_path):
     assert any("retry_of" not in trials[n].user_attrs for n in killed_at)  # round 0 killed a first attempt
 
 
+def _measured(cache_dir) -> dict:
+    """The analysis builds cached as they were measured (tuner.sensitivity._measure), all files together."""
+    import json
+
+    out = {}
+    for path in cache_dir.glob("measured-*.json") if cache_dir.exists() else []:
+        try:
+            out.update(json.loads(path.read_text()))
+        except ValueError:  # written atomically: never half a file, but be safe
+            pass
+    return out
+
+
+def test_a_kill_during_the_analysis_is_resumed_by_the_documented_command(work, demo_path):
+    """The study and its settings exist from the start: after a SIGKILL in the middle of the per-layer
+    analysis, `tuner tune --study NAME` (no model) resumes it, and no build measured before the kill is
+    measured again (each keeps its exact figures: a quick latency timed twice never reads the same)."""
+    (work / "ranked.yaml").write_text(open(os.path.join(SPACES_DIR, "onnxruntime-cpu-sensitivity.yaml")).read())
+    args = ["tune", demo_path, "--study", "k", "--storage", "sqlite:///k.db", "--space", "ranked.yaml",
+            "--shape", "x=2x64x256", "--max-timing-s", "0.3", "--quiet", "--no-select", "--n-trials", "2",
+            "--require", "cos<=0.0001"]
+    log = open(work / "analysis.log", "w")
+    proc = subprocess.Popen(tuner_cmd(work, *args), cwd=work, env=env_for(work), stdout=log, stderr=log,
+                            preexec_fn=_signals_as_in_a_terminal)
+    cache_dir = work / "cache"
+    deadline = time.monotonic() + 240
+    while len(_measured(cache_dir)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    log.close()
+    before = _measured(cache_dir)
+    assert len(before) >= 3, (work / "analysis.log").read_text()
+    study = load_study("k", f"sqlite:///{work}/k.db", reading=True)
+    assert study.user_attrs["tuner_settings"]["rankings_for"] is None  # killed before the analysis ended
+    assert not study.trials
+
+    r = run_tuner(work, "tune", "--study", "k", "--storage", "sqlite:///k.db", "--n-trials", "2", "--no-select", "--quiet")
+    assert r.returncode in (0, 4), r.stderr  # 4: nothing feasible under the tight bound is an outcome, not an error
+    after = _measured(cache_dir)
+    assert {k: after[k] for k in before} == before
+    study = load_study("k", f"sqlite:///{work}/k.db", reading=True)
+    assert study.user_attrs["tuner_settings"]["rankings"]["keep_float"]["order"]
+    assert len(study.trials) == 2
+
+
 def _alive(procs):
     """Those of `procs` still running (a zombie is dead: only its exit status is left to collect)."""
     out = []

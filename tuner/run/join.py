@@ -65,6 +65,9 @@ def join_study(url: str, name: str, worker: int = 0, model: str | None = None, d
     settings = stored_settings(study, load_user_metrics=False)  # its user metrics: check_metrics, below
     if settings is None:
         raise UserError(f"study {name!r} was not made by engine-tuner (no {SETTINGS_ATTR}); create it with tuner tune")
+    if settings.rankings_for is None:  # created, its analysis not finished: the params it ranks do not exist yet
+        raise UserError(f"study {name!r} is still in its per-layer analysis (or was stopped during it: `tuner tune "
+                        f"--study {name}` resumes it); start workers once its trials have begun")
     settings = check_metrics(name, settings, None if allow_metrics is None else allowed_metrics(allow_metrics))
     local = {"model_path": _localized(name, settings, "model_path", model, "model", "--model", "model_hash", model_hash),
              "space_path": _localized(name, settings, "space_path", space, "space file", "--space", "space_hash",

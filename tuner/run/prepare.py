@@ -89,17 +89,23 @@ def _open_study(opts: TuneOptions, joined: bool = False) -> StudyContext:
         machine=settings.machine or this_machine(problem.space),
         timing=settings.timing or (Timing.PAIRED if all(d == "cpu" for d in backend_devices_of(problem.space))
                                    else Timing.ALONE))
-    warm = warm_start(opts.warm_start, settings, problem.space) if opts.warm_start and stored is None else None
+    before_first_trial = study is None or not study.get_trials(deepcopy=False)
+    warm = warm_start(opts.warm_start, settings, problem.space) if opts.warm_start and before_first_trial else None
     for_now = [settings.space_hash, problem.data_hash]
     if warm is not None and warm.rankings:  # the same model and data: the other study's ranking holds here
         settings = replace(settings, rankings=warm.rankings, rankings_for=for_now)
+    if warm is not None:
+        settings = replace(settings, warm_start={"source": warm.source, "configs": len(warm.params),
+                                                 "ranking_reused": bool(warm.rankings)})
+    settings = replace(settings, notes=tuple(problem.notes + ranking_notes(settings.rankings)))  # the report says them too
+    # The study and its settings exist before the analysis, which can take many minutes: a kill during it
+    # leaves a study that `tuner tune --study NAME` resumes, re-measuring only the build that was in flight
+    # (the analysis's builds are cached as they are measured: tuner.sensitivity, tuner.variants).
+    study, settings = create_or_resume(opts.study, storage, study, settings, problem)
     if settings.rankings_for != for_now:  # once per space and data
         settings = replace(settings, rankings_for=for_now, rankings=study_rankings(
             problem, opts.trial_timeout, opts.quiet, opts.sensitivity_budget or None))
         print_notes(ranking_notes(settings.rankings))  # a route dropped from the analysis: said once
-    settings = replace(settings, notes=tuple(problem.notes + ranking_notes(settings.rankings)))  # the report says them too
-    if warm is not None:
-        settings = replace(settings, warm_start={"source": warm.source, "configs": len(warm.params),
-                                                 "ranking_reused": bool(warm.rankings)})
-    study, settings = create_or_resume(opts.study, storage, study, settings, problem)
+        settings = replace(settings, notes=tuple(problem.notes + ranking_notes(settings.rankings)))
+        study, settings = create_or_resume(opts.study, storage, study, settings, problem)  # its sampler knows the ranking
     return StudyContext(study, settings, problem, opts.storage_url, warm.params if warm is not None else [])
