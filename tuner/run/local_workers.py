@@ -18,10 +18,10 @@ from optuna.trial import TrialState
 
 from ..isolate import TrialFailure
 from ..jobs import Evaluator
+from ..measure.requirement import Requirement
 from ..orphans import end_with_parent
 from ..search.enqueue import baseline_config
 from ..search.objective import Objective
-from ..measure.requirement import Requirement
 from ..search.settings import allowed_metrics
 from ..search.study import StudyContext
 from ..search.trials import is_feasible, speed_key
