@@ -27,6 +27,9 @@ def parse_duration(text: str) -> float:
 
 
 DURATION_OPTIONS = ("--timeout", "--trial-timeout")
+SPACE_HELP = ("a built-in space's name (cpu, onnxruntime-cpu, openvino-cpu, onnxruntime-cpu-small, ...: search_spaces/) or a "
+              "YAML file; default: cpu where OpenVINO is installed (ONNX Runtime and OpenVINO in one study), else "
+              "onnxruntime-cpu")
 
 
 def _normalize_argv(argv: list[str]) -> list[str]:
@@ -78,8 +81,7 @@ def _add_problem_args(p: argparse.ArgumentParser, model_optional: bool = False) 
                        help="path of the .onnx model (needed to create a study; default on resume: the stored one)")
     else:
         p.add_argument("model", help="path of the .onnx model")
-    p.add_argument("--space", help="space file (YAML); default: search_spaces/cpu.yaml where OpenVINO is installed, "
-                                   "else search_spaces/onnxruntime-cpu.yaml")
+    p.add_argument("--space", help=SPACE_HELP)
     p.add_argument("--data", help=".npz with one array per input, leading axis = batches (default: synthetic inputs, "
                                   "floats standard normal, integers from --int-range)")
     p.add_argument("--calib-data", help=".npz of calibration batches (default: the first validation batches)")
@@ -113,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run="cmd_demo_model")
     p = sub.add_parser("space", help="print the space a model gets: parameters, defaults, per-layer parameters")
     p.add_argument("model", help="path of the .onnx model")
-    p.add_argument("--space", help="space file (YAML); default: search_spaces/onnxruntime-cpu.yaml")
+    p.add_argument("--space", help=SPACE_HELP)
     p.add_argument("--limit", type=_non_negative_int, default=20, help="per-layer parameters to list (default 20)")
     p.set_defaults(run="cmd_space")
     p = sub.add_parser("evaluate", help="build one candidate engine and measure latency and accuracy")

@@ -193,9 +193,21 @@ def group_pattern_problem(pattern: str | None) -> str | None:
     return None
 
 
+def builtin_spaces() -> list[str]:
+    return sorted(os.path.splitext(f)[0] for f in os.listdir(SPACES_DIR) if f.endswith(".yaml"))
+
+
+def space_file(name_or_path: str) -> str:
+    """--space takes a YAML file or a built-in space's name (`openvino-cpu`, as `tuner space` lists them)."""
+    builtin = os.path.join(SPACES_DIR, f"{name_or_path}.yaml")
+    if not os.path.exists(name_or_path) and os.sep not in name_or_path and os.path.isfile(builtin):
+        return builtin
+    return name_or_path
+
+
 def load_space(path: str | None = None) -> Space:
-    path = path or DEFAULT_SPACE
-    check_input_file(path, "space", f"built-in spaces are in {SPACES_DIR}")
+    path = space_file(path or DEFAULT_SPACE)
+    check_input_file(path, "space", f"give a YAML file or a built-in space: {', '.join(builtin_spaces())}")
     try:
         with open(path) as f:
             doc = yaml.load(f, _UniqueKeyLoader)  # noqa: S506 - a SafeLoader: plain data only

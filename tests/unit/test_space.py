@@ -1,6 +1,8 @@
 """Space files (tuner.space): a bad field is named; parameters with a config key (`key:`): two that can
 be active together may not share one, and a space over several backends normalizes each backend's
 parameters under the keys it reads."""
+import os
+
 import pytest
 
 from tuner.configs import defaults_chooser, normalize
@@ -70,3 +72,26 @@ def test_bad_space_field_is_named(tmp_path):
     f.write_text("parameters:\n  a: {type: bool, default: false, when: {nope: [1]}}\n")
     with pytest.raises(UserError, match="unknown parameter 'nope'"):
         load_space(str(f))
+
+
+def test_a_builtin_space_is_named_without_its_path(tmp_path, monkeypatch):
+    from tuner.space import SPACES_DIR, load_space, space_file
+
+    monkeypatch.chdir(tmp_path)
+    assert space_file("onnxruntime-cpu-small") == os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")
+    assert load_space("onnxruntime-cpu-small").path == space_file("onnxruntime-cpu-small")
+    (tmp_path / "onnxruntime-cpu-small").write_text("a file of that name here wins")
+    assert space_file("onnxruntime-cpu-small") == "onnxruntime-cpu-small"
+    with pytest.raises(UserError, match="built-in space: cpu, onnxruntime-cpu,"):
+        load_space("no-such-space")
+
+
+def test_the_help_names_the_default_space_as_it_is():
+    from tuner.cli import build_parser
+    from tuner.space import DEFAULT_SPACE
+
+    default = os.path.splitext(os.path.basename(DEFAULT_SPACE))[0]
+    for command in ("space", "tune", "evaluate", "sensitivity"):
+        sub = build_parser()._subparsers._group_actions[0].choices[command]
+        text = next(a.help for a in sub._actions if "--space" in a.option_strings)
+        assert f"default: {default}" in text or f"else {default}" in text, (command, text)

@@ -18,7 +18,7 @@ from ..measure.metric_source import locate_metric, split_spec
 from ..measure.requirement import Requirement
 from ..model import model_hash
 from ..problem import ProblemSpec
-from ..space import DEFAULT_SPACE
+from ..space import DEFAULT_SPACE, space_file
 from ..user_paths import check_input_file
 
 SETTINGS_ATTR = "tuner_settings"
@@ -128,7 +128,7 @@ def given_settings(model=None, space=None, data=None, calib_data=None, shapes=No
         given["model_path"] = _abs(model)
         given["model_hash"] = model_hash(model)
     if space:
-        given["space_path"] = _abs(space)
+        given["space_path"] = _abs(space_file(space))
     for name, value in (("data", _abs(data)), ("calib_data", _abs(calib_data)), ("shapes", shapes),
                         ("int_ranges", int_ranges)):
         if value:
