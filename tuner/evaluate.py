@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from . import cache
 from .backends.base import Backend, BuildContext, Engine, get_backend
-from .locks import default_lock_path, device_lock
+from .locks import WAITING_FOR_LOCK, default_lock_path, device_lock
 from .measure.accuracy import compute_metrics, load_user_metric
 from .measure.guard import BaselineBand, guard_record
 from .measure.latency import LatencyProtocol, measure_latency, sample_ms
@@ -123,7 +123,7 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
             meter, window, retimed = check_meter, None, 0  # no window: nothing was timed under the lock
         else:
             timed = _timed(problem, engine, base_engine, backend, protocol, on_phase, when_busy, band,
-                           give_up_above, wait_quiet)
+                           give_up_above, wait_quiet, study)
             latency, base_latency, relative, meter, window, retimed = timed
     finally:
         engine.close()
@@ -146,12 +146,13 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
 
 def _timed(problem: Problem, engine: Engine, base_engine: Engine | None, backend: Backend,
            protocol: LatencyProtocol | None, on_phase: Phase, when_busy: str, band: BaselineBand | None,
-           give_up_above: float | None, wait_quiet: Callable[[Phase], object]) -> tuple:
+           give_up_above: float | None, wait_quiet: Callable[[Phase], object], study: str = "") -> tuple:
     """measure()'s timing under the device's lock: (latency, baseline latency, relative, LoadMeter,
     (window start, end), times retimed)."""
     call = engine.timed_call(problem.batches[0])
-    on_phase("waiting for the timing lock")
-    with device_lock(default_lock_path(backend.device)):
+    on_phase(WAITING_FOR_LOCK)
+    holder = f"PID {os.getpid()}" + (f", a trial of study {study}" if study else "")
+    with device_lock(default_lock_path(backend.device), holder, lambda who: on_phase(f"{WAITING_FOR_LOCK}, held by {who}")):
         if when_busy == "wait":
             wait_quiet(on_phase)
         on_phase("timing")

@@ -119,8 +119,10 @@ def _signal_name(n: int) -> str:
 class IsolatedRunner:
     """Calls fn(on_phase=..., **kwargs) in a child; returns its result or raises TrialFailure."""
 
-    def __init__(self, persistent: bool = False):
+    def __init__(self, persistent: bool = False, on_phase: Callable[[str], None] | None = None):
+        """on_phase: told each phase the child reports, as it comes (tuner.locks.TimingLockWaits)."""
         self.persistent = persistent
+        self.on_phase = on_phase
         self._proc = None
         self._conn = None
 
@@ -164,6 +166,8 @@ class IsolatedRunner:
                 raise TrialFailure(f"child process exited with code {code} during {phase}", "crash", phase) from None
             if kind == "phase":
                 phase = value
+                if self.on_phase is not None:
+                    self.on_phase(value)
             elif kind == "ok":
                 return value
             else:

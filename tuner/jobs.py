@@ -15,7 +15,7 @@ from . import cache
 from .backends.base import Engine, get_backend
 from .evaluate import Phase, build, check_accuracy, measure, no_phase
 from .isolate import IsolatedRunner
-from .locks import default_lock_path, device_lock
+from .locks import TimingLockWaits, default_lock_path, device_lock
 from .measure.guard import BaselineBand
 from .measure.latency import LatencyProtocol, measure_latency
 from .measure.load import LoadMeter
@@ -189,7 +189,8 @@ class Evaluator:
         self.protocol = protocol
         self.baseline = baseline
         self.when_busy = when_busy
-        self._runner = IsolatedRunner(persistent)
+        self.lock_waits = TimingLockWaits(study)  # says when another study holds the timing lock
+        self._runner = IsolatedRunner(persistent, on_phase=self.lock_waits.on_phase)
 
     def _call(self, fn: Callable, **kwargs) -> Any:
         return self._runner.call(fn, {"spec": self.spec, "cache_dir": cache.cache_dir(), "study": self.study, **kwargs},

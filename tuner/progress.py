@@ -7,15 +7,43 @@ from collections.abc import Callable
 
 from optuna.trial import TrialState
 
-from .search.trials import baseline_trial, best_feasible, disturbed, is_feasible, latency_of, relative_of, speedup_of, was_busy
+from .record import LOCK_WAIT_S
+from .search.trials import baseline_trial, best_feasible, disturbed, is_feasible, latency_of, speedup_of, was_busy
+
+LINE_WIDTH = 119  # a trial line fits a terminal; the study's log file has every detail
 
 
-def _timing_note(trial) -> str:
-    """What the trial line says of a timing that is not a converged pair (measure/guard.py, measure/paired.py)."""
+def _flags(trial) -> str:
+    """What a trial line says of a timing that is not a plain converged pair (measure/guard.py, measure/paired.py,
+    measure/load.py), in a word or two each."""
+    flags = []
     if disturbed(trial):
-        return ", baseline window disturbed (scored against the study's baseline band, not a finalist)"
+        flags.append("baseline disturbed")
     stopped = (trial.user_attrs.get("relative") or {}).get("stopped")
-    return f", timing stopped early ({stopped}: it cannot win)" if stopped else ""
+    if stopped:
+        flags.append(f"stopped early: {stopped}")
+    if was_busy(trial):
+        flags.append(f"busy machine ({trial.user_attrs['load']['other_cores']:.1f} cores used by others)")
+    return "".join(f", {f}" for f in flags)
+
+
+def trial_state(trial, base, full: bool = False) -> str:
+    """A finished trial as a trial line says it: its speedup over the baseline first ("1.84x", from the
+    search: confirmed figures come from selection), milliseconds beside it. full: the whole failure reason."""
+    if trial.state == TrialState.COMPLETE:
+        if "reused_from" in trial.user_attrs:
+            return f"reused #{trial.user_attrs['reused_from']:d}"
+        up = speedup_of(trial, base)
+        speed = f"{up:.2f}x " if up else ""
+        return (f"{speed}{latency_of(trial):.2f} ms, {'feasible' if is_feasible(trial) else 'infeasible'}"
+                + _flags(trial))
+    state = trial.state.name.lower()
+    if "fail_reason" in trial.user_attrs:
+        reason = " ".join(str(trial.user_attrs["fail_reason"]).split())
+        return f"{state}: {reason if full else reason[:70]}"
+    if "known_failure" in trial.user_attrs:
+        return f"{state}: its route failed to build in #{trial.user_attrs['known_failure']['trial']}, not built again"
+    return state
 
 
 def _fmt_s(s: float) -> str:
@@ -27,12 +55,17 @@ class TrialProgress:
     """An Optuna callback that reports each finished trial. Use as a context manager."""
 
     def __init__(self, n_trials: int | None, timeout: float | None, live: bool, quiet: bool = False,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, log_path: str | None = None, jobs: int = 1):
         """live: a rich display when stderr is a terminal; quiet (or no terminal): log lines. clock: what the
-        elapsed time and the ETA are read from (a test passes its own)."""
+        elapsed time and the ETA are read from (a test passes its own). log_path: a file that gets every
+        trial's full line (appended). jobs: workers in parallel (their waits for another study's timing
+        overlap)."""
         self.n_trials, self.timeout = n_trials, timeout
         self.live = live and not quiet and sys.stderr.isatty()
         self.done = 0
+        self.waited = 0.0  # seconds the trials waited for another study's timing: not part of the ETA
+        self.jobs = max(1, jobs)
+        self.log_path = log_path
         self._clock = clock
         self.start = clock()
         self._progress = None
@@ -60,19 +93,18 @@ class TrialProgress:
         failed = sum(1 for t in trials if t.state == TrialState.FAIL)
         best, base = best_feasible(study), baseline_trial(study)
         if best is None:
-            best_txt = "no feasible trial yet"
+            best_txt = "no feasible yet"
         else:
             up = speedup_of(best, base)
-            how = "paired" if relative_of(best) is not None else "vs the baseline's first timing"
-            speed = f" ({up:.2f}x baseline, {how})" if up else ""
-            best_txt = f"best {latency_of(best):.2f} ms{speed} #{best.number}"
+            best_txt = f"best {up:.2f}x #{best.number}" if up else f"best {latency_of(best):.2f} ms #{best.number}"
         busy = sum(1 for t in done if was_busy(t))
-        busy_txt = f", {busy} timed on a busy machine" if busy else ""
-        return f"{best_txt} | feasible {feasible}, infeasible {len(done) - feasible}, failed {failed}{busy_txt}"
+        busy_txt = f", {busy} busy" if busy else ""
+        return f"{best_txt} | {feasible} feasible, {len(done) - feasible} infeasible, {failed} failed{busy_txt}"
 
     def _eta(self) -> str:
         elapsed = self._clock() - self.start
         if self.n_trials:
+            elapsed = max(elapsed - self.waited / self.jobs, 0.0)  # another study's timing is not this one's pace
             return _fmt_s(elapsed / max(self.done, 1) * (self.n_trials - self.done))
         if self.timeout:
             return _fmt_s(max(0.0, self.timeout - elapsed))
@@ -80,25 +112,19 @@ class TrialProgress:
 
     def __call__(self, study, trial) -> None:
         self.done += 1
+        self.waited += float(trial.user_attrs.get(LOCK_WAIT_S, 0.0))
         text = self.summary(study)
+        base = baseline_trial(study)
+        total = f"/{self.n_trials}" if self.n_trials else ""
+        head = f"[{_fmt_s(self._clock() - self.start)} ETA {self._eta()}] trial {trial.number} ({self.done}{total})"
+        if self.log_path:
+            with open(self.log_path, "a") as log:
+                log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {head} {trial_state(trial, base, full=True)} | {text}\n")
         if self._progress is not None:
             self._progress.update(self._task, advance=1, description=text)
-        else:  # --quiet or not a terminal: one log line per trial
-            state = trial.state.name.lower()
-            if trial.state == TrialState.COMPLETE:
-                state = f"reused #{trial.user_attrs['reused_from']:d}" if "reused_from" in trial.user_attrs else (
-                    f"{latency_of(trial):.2f} ms" + (f" ({relative_of(trial):.3f} of the baseline)" if relative_of(trial) else "")
-                    + f", {'feasible' if is_feasible(trial) else 'infeasible'}"
-                    + _timing_note(trial)
-                    + (f", BUSY machine ({trial.user_attrs['load']['other_cores']:.1f} cores used by others)"
-                       if was_busy(trial) else ""))
-            elif "fail_reason" in trial.user_attrs:
-                state += f": {trial.user_attrs['fail_reason']}"
-            elif "known_failure" in trial.user_attrs:
-                state += f": its route failed to build in trial {trial.user_attrs['known_failure']['trial']}, not built again"
-            total = f"/{self.n_trials}" if self.n_trials else ""
-            print(f"[{_fmt_s(self._clock() - self.start)} ETA {self._eta()}] trial {trial.number} "
-                  f"({self.done}{total}) {state} | {text}", file=sys.stderr, flush=True)
+        else:  # --quiet or not a terminal: one log line per trial, cut to the terminal's width
+            line = f"{head} {trial_state(trial, base)} | {text}"
+            print(line if len(line) <= LINE_WIDTH else line[:LINE_WIDTH - 3] + "...", file=sys.stderr, flush=True)
 
 
 def progress_printer(quiet: bool, log_lines: bool) -> Callable[[str], None]:

@@ -17,6 +17,7 @@ FAIL_REASON = "fail_reason"
 RETRY_OF = "retry_of"
 ENQUEUED = "enqueued"
 WORKER = "worker"
+LOCK_WAIT_S = "lock_wait_s"  # seconds the trial waited for another study's timing
 
 
 @dataclass

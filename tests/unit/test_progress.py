@@ -17,3 +17,65 @@ def test_with_a_timeout_and_no_count_the_eta_is_the_time_left():
     progress = TrialProgress(None, 300.0, live=False, quiet=True, clock=clock)
     clock.t = 120.0
     assert progress._eta() == "3m00s"
+
+
+def test_the_eta_leaves_out_the_waits_for_another_studys_timing():
+    clock = FakeClock()
+    progress = TrialProgress(10, None, live=False, quiet=True, clock=clock, jobs=2)
+    clock.t = 140.0
+    progress.done, progress.waited = 4, 200.0  # two workers waited 100 s each, together: 40 s of trials
+    assert progress._eta() == "1m00s"
+
+
+def test_a_lock_held_by_another_study_is_said_once_and_its_wait_counted():
+    from tuner.locks import WAITING_FOR_LOCK, TimingLockWaits
+
+    clock, said = FakeClock(), []
+    waits = TimingLockWaits("mine", clock=clock, say=said.append)
+    other = f"{WAITING_FOR_LOCK}, held by PID 7, a trial of study theirs"
+    for _ in range(2):  # two trials in a row wait for the same holder: one note
+        waits.on_phase(WAITING_FOR_LOCK)
+        waits.on_phase(other)
+        clock.t += 30.0
+        waits.on_phase("timing")
+    assert len(said) == 1 and "PID 7, a trial of study theirs" in said[0] and "mine" in said[0]
+    waits.on_phase(f"{WAITING_FOR_LOCK}, held by PID 8, a trial of study mine")  # its own worker: its pace
+    clock.t += 50.0
+    waits.on_phase("timing")
+    assert waits.take() == 60.0 and waits.take() == 0.0 and len(said) == 1
+
+
+def test_the_holder_of_the_timing_lock_is_named_to_whoever_waits(tmp_path):
+    import threading
+
+    from tuner.locks import device_lock
+
+    path, heard = str(tmp_path / "dev.lock"), []
+    with device_lock(path, "PID 1, a trial of study a"):
+        waiter = threading.Thread(target=lambda: device_lock(path, "PID 2", heard.append).__enter__())
+        waiter.start()
+        waiter.join(0.5)
+        assert heard == ["PID 1, a trial of study a"]
+    waiter.join(10)
+    assert open(path).read() == "PID 2"
+
+
+def test_a_trial_line_fits_a_terminal_and_says_the_speedup(tmp_path, capsys):
+    import optuna
+
+    study = optuna.create_study()
+    base = optuna.trial.create_trial(value=1.0, user_attrs={"baseline": True, "latency": {"median_ms": 13.97},
+                                                             "relative": {"ratio": 1.0}})
+    fast = optuna.trial.create_trial(value=0.543, user_attrs={"latency": {"median_ms": 7.6}, "relative": {"ratio": 0.5}})
+    failed = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL,
+                                       user_attrs={"fail_reason": "RuntimeError: " + "a very long reason " * 20})
+    for t in (base, fast, failed):
+        study.add_trial(t)
+    log = tmp_path / "s-trials.log"
+    progress = TrialProgress(3, None, live=False, quiet=True, log_path=str(log))
+    for t in study.trials:
+        progress(study, t)
+    lines = capsys.readouterr().err.splitlines()
+    assert all(len(line) <= 119 for line in lines)
+    assert "trial 1 (2/3) 2.00x 7.60 ms, feasible | best 2.00x #1" in lines[1]
+    assert lines[2].endswith("...") and (" a very long reason" * 20) in log.read_text()

@@ -49,8 +49,8 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
         lines.append(f"baseline: trial {base.number}, {latency_of(base):.2f} ms")
     if best is not None:
         up = speedup_of(best, base)
-        speed = f" ({up:.2f}x baseline)" if up else ""
-        lines.append(f"best feasible: trial {best.number}, {latency_of(best):.2f} ms{speed}, "
+        speed = f"{up:.2f}x the baseline ({latency_of(best):.2f} ms)" if up else f"{latency_of(best):.2f} ms"
+        lines.append(f"best feasible in the search: trial {best.number}, {speed}, "
                      f"precision {best.user_attrs['config'].get('precision')}")
     elif done:
         lines.append("best feasible: none - no trial meets the requirement yet")
@@ -58,8 +58,10 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
         lines.append(f"Pareto set: {len(study.best_trials)} trials")
     winner = study.user_attrs.get("winner")
     if winner:
-        lines.append(f"winner: trial {winner['trial']}, {winner['confirmed_latency']['median_ms']:.2f} ms confirmed"
-                     + (f", {winner['speedup']:.2f}x baseline" if winner.get("speedup") else "")
+        ms = winner["confirmed_latency"]["median_ms"]
+        lines.append(f"winner: trial {winner['trial']}, " + (f"{winner['speedup']:.2f}x the baseline ({ms:.2f} ms)"
+                                                             if winner.get("speedup") else f"{ms:.2f} ms")
+                     + ", confirmed side by side"
                      + (" - chosen while the machine was busy: run tuner select again on a quiet machine"
                         if (winner.get("load") or {}).get("busy") else ""))
         if winner.get("verify"):
@@ -111,8 +113,15 @@ def studies_rows(url: str, storage) -> list[str]:
     for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
         study = optuna.load_study(study_name=s.study_name, storage=storage)
         settings = readable_settings(study.user_attrs.get(SETTINGS_ATTR))
-        best = best_feasible(study)
-        best_txt = f"best {latency_of(best):.2f} ms (trial {best.number})" if best else "no feasible trial"
+        best, winner = best_feasible(study), study.user_attrs.get("winner")
+        if winner and winner.get("speedup"):
+            best_txt = f"winner {winner['speedup']:.2f}x confirmed (trial {winner['trial']})"
+        elif best:
+            up = speedup_of(best, baseline_trial(study))
+            best_txt = f"best {up:.2f}x in the search (trial {best.number})" if up else \
+                f"best {latency_of(best):.2f} ms in the search (trial {best.number})"
+        else:
+            best_txt = "no feasible trial"
         rows.append(f"{s.study_name:20s} {s.n_trials:4d} trials  {os.path.basename(settings.model_path or '?'):20s} "
                     f"{best_txt}  [{url}]")
     return rows

@@ -58,6 +58,11 @@ class TuneOptions:
                 "objectives": self.objectives, "sampler": self.sampler, "seed": self.seed, "timing": self.timing}
 
 
+def trials_log(study: str, storage_url: str) -> str:
+    """The file that gets every trial's full line (the terminal's are cut short): beside the engines' folder."""
+    return os.path.join(os.path.dirname(engines_dir(study, storage_url)), f"{study}-trials.log")
+
+
 def engines_dir(study: str, storage_url: str, given: str | None = None) -> str:
     """Where trial engines are built: --engines-dir, else STUDY-engines next to the study's file."""
     if given:

@@ -36,7 +36,8 @@ def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float 
                        protocol=protocol, quiet=quiet, progress=not quiet, keep_engines=keep_engines, when_busy=when_busy,
                        engines_dir=engines_dir or os.path.join("tuner-engines", f"{name}-{worker_name().replace(':', '-')}"))
     budget = Budget(n_trials, timeout)
-    with TrialProgress(n_trials, timeout, live=not quiet, quiet=quiet) as progress:
+    log = os.path.join(os.path.dirname(opts.engines_dir) or ".", f"{name}-trials.log")  # this host's full lines
+    with TrialProgress(n_trials, timeout, live=not quiet, quiet=quiet, log_path=log) as progress:
         trial_loop(ctx, opts, budget, [progress], claims=TrialClaims(ctx, budget, other_machine=other))
     trials = ctx.study.get_trials(deepcopy=False)
     finished, running = budget_counts(trials)

@@ -18,13 +18,13 @@ from ..record import BASELINE, FAIL_REASON, RETRY_OF
 from ..report.finalists import finalist_lines
 from ..search.enqueue import enqueue_initial
 from ..search.study import StudyContext
-from ..search.trials import best_feasible, completed, latency_of, was_busy
+from ..search.trials import baseline_trial, best_feasible, completed, latency_of, speedup_of, was_busy
 from ..storage import local_path
 from ..user_paths import check_writable_dir
 from ..winner import select_winner
 from .claims import store_run_settings
 from .local_workers import Budget, StopAfterNoImprovement, run_parallel, trial_loop
-from .options import TuneOptions
+from .options import TuneOptions, trials_log
 from .prepare import open_study
 
 
@@ -74,7 +74,8 @@ def run_trials(ctx: StudyContext, opts: TuneOptions) -> int:
     callbacks = []
     if opts.stop_after_no_improvement:
         callbacks.append(StopAfterNoImprovement(opts.stop_after_no_improvement, budget.stop))
-    with TrialProgress(opts.n_trials, opts.timeout, live=opts.progress, quiet=opts.quiet) as progress:
+    with TrialProgress(opts.n_trials, opts.timeout, live=opts.progress, quiet=opts.quiet,
+                       log_path=trials_log(opts.study, ctx.url), jobs=opts.jobs) as progress:
         if opts.jobs > 1:
             for error in run_parallel(ctx, opts, opts.jobs, budget, [progress] + callbacks):
                 print(f"tuner: {error}", file=sys.stderr)
@@ -133,12 +134,12 @@ def describe_result(result: TuneResult) -> list[str]:
     lines = []
     if winner:
         lat = winner["confirmed_latency"]
-        speed = (f", {winner['speedup']:.2f}x the baseline ({winner['baseline_latency']['median_ms']:.2f} ms)"
-                 if winner.get("speedup") else "")
+        speed = f"{winner['speedup']:.2f}x the baseline, " if winner.get("speedup") else ""
+        base = f"; baseline {winner['baseline_latency']['median_ms']:.2f} ms" if winner.get("speedup") else ""
         named = {b.metric for b in Requirement.parse(winner["requirement"], load_user_metrics=False).bounds}
         err = ", ".join(f"{k}={v:.3g}" for k, v in winner["confirmed_metrics"].items() if k in named)
-        lines.append(f"winner: trial {winner['trial']}, {lat['median_ms']:.2f} ms "
-                     f"[95% CI {lat['ci_low_ms']:.2f}, {lat['ci_high_ms']:.2f}]{speed}, {err or 'no requirement'}")
+        lines.append(f"winner: trial {winner['trial']}, {speed}confirmed side by side ({lat['median_ms']:.2f} ms "
+                     f"[95% CI {lat['ci_low_ms']:.2f}, {lat['ci_high_ms']:.2f}]{base}), {err or 'no requirement'}")
         backend = f"{winner['config']['backend']}, " if "backend" in winner["config"] else ""
         lines.append(f"{backend}precision {winner['config'].get('precision')}, "
                      f"{len(winner['config'].get('keep_float', []))} nodes kept in float")
@@ -155,7 +156,9 @@ def describe_result(result: TuneResult) -> list[str]:
         lines.append(f"no winner selected yet: tuner select --study {study.study_name}")
     bf = best_feasible(study)
     if bf is not None and (not winner or bf.number != winner["trial"]):
-        lines.append(f"fastest feasible in the search: trial {bf.number}, {latency_of(bf):.2f} ms")
+        up = speedup_of(bf, baseline_trial(study))
+        lines.append(f"fastest feasible in the search: trial {bf.number}, "
+                     + (f"{up:.2f}x the baseline ({latency_of(bf):.2f} ms)" if up else f"{latency_of(bf):.2f} ms"))
     busy = sum(1 for t in study.get_trials(deepcopy=False) if was_busy(t))
     if busy:
         lines.append(f"warning: {busy} trial(s) were timed while other processes kept the machine busy "

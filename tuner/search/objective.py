@@ -15,7 +15,7 @@ from ..configs import normalize, route_choice, trial_chooser
 from ..errors import Terminated
 from ..machine import same_machine
 from ..measure.guard import BaselineBand
-from ..record import BUILD_KEY, CONFIG, FAIL_REASON, MACHINE, REUSED_FROM, TrialRecord
+from ..record import BUILD_KEY, CONFIG, FAIL_REASON, LOCK_WAIT_S, MACHINE, REUSED_FROM, TrialRecord
 from .failures import BUILD_CONSTRAINT, KNOWN_FAILURE, is_deterministic, is_timing_timeout, known_failure, record_failure
 from .samplers import grid_space
 from .settings import StudySettings
@@ -102,6 +102,9 @@ class Objective:
                 record_failure(ctx.study, config, trial.number, str(exc))
             raise
         finally:
+            waited = self.evaluator.lock_waits.take()
+            if waited >= 0.1:  # for another study's timing: the progress ETA leaves it out
+                trial.set_user_attr(LOCK_WAIT_S, round(waited, 1))
             if not self.keep_engines:
                 shutil.rmtree(out_dir, ignore_errors=True)
         if not self.keep_engines:
