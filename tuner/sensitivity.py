@@ -239,4 +239,8 @@ def ranking_for_study(problem: Problem, route_config: dict, override: LayerOverr
             "greedy_feasible": kept is not None, "greedy_builds": builds,
             "analysis_builds": (0 if table["cached"] else table.get("builds", 0)) + builds,
             "analysis_s": round(time.perf_counter() - started, 1),
-            "nodes": {e["name"]: e["nodes"] for e in table["entries"]}}
+            "nodes": {e["name"]: e["nodes"] for e in table["entries"]},
+            # the table itself, for the report (the cache that holds it may be on another machine)
+            "entries": [{k: (round(e[k], 6) if isinstance(e[k], float) else e[k])
+                         for k in ("name", "error_only", "error_all_but", "latency_share", "gain_ms", "group")}
+                        for e in table["entries"]]}

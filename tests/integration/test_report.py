@@ -18,6 +18,7 @@ from tuner.errors import UserError
 from tuner.measure.latency import LatencyProtocol
 from tuner.report import (
     StudyView,
+    float_layers,
     history_figure,
     importance_figure,
     layer_map_figure,
@@ -141,11 +142,13 @@ def test_history_importance_layers_summary(study):
     assert "PedAnovaImportanceEvaluator" in imp.layout.title.text
     assert {t.meta["target"] for t in imp.data} == {"latency", "error"} or note_of(imp)
 
-    near, rates = layer_override_rates(study)
-    assert list(rates) == [f"keep_float/block{i}" for i in range(4)]
+    near, rates = layer_override_rates(study)  # the model's layers by name, not the search's parameters
     assert near and all(is_feasible(t) and "keep_float/block0" in t.params for t in near)
-    for k, r in rates.items():
-        assert r == sum(bool(t.params[k]) for t in near) / len(near)
+    kept = {t.number: set(float_layers(t)) for t in near}
+    assert set(rates) == set().union(*kept.values()) and all("/" in n and "keep_float" not in n for n in rates)
+    for n, r in rates.items():
+        assert r == sum(n in kept[t.number] for t in near) / len(near)
+    assert list(rates.values()) == sorted(rates.values(), reverse=True)
     layers = layer_map_figure(study)
     (bars,) = _traces(layers, "layer_rates")
     assert list(bars.x) == [rates[k] for k in reversed(list(rates))] and bars.meta["trials"] == [t.number for t in near]
@@ -234,7 +237,7 @@ def test_notebook_runs_top_to_bottom(study, tmp, monkeypatch):
     assert not [o for o in outputs if o.output_type == "error"]
     assert sum("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs) == 4
     text = "".join(o.get("text", "") for o in outputs)
-    assert "study r in" in text and "keep_float/block" in text
+    assert "study r in" in text and "kept in float in" in text and "keep_float/" not in text  # layers by name
 
 
 CAPTURE = """<script>window.__errors = [];

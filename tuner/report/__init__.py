@@ -9,7 +9,8 @@ import importlib
 
 _EXPORTS = {
     "StudyView": "view", "importance_evaluator": "view", "importances": "view", "layer_override_rates": "view",
-    "pareto_front": "view", "summary_rows": "view",
+    "pareto_front": "view", "summary_rows": "view", "float_layers": "view", "sensitivity_rows": "view",
+    "confirmed_points": "charts",
     "figures": "charts", "history_figure": "charts", "importance_figure": "charts", "layer_map_figure": "charts",
     "note_figure": "charts", "note_of": "charts", "pareto_figure": "charts", "sensitivity_figure": "charts",
     "summary_table": "charts",

@@ -13,12 +13,12 @@ from plotly.subplots import make_subplots
 
 from ..search.trials import is_feasible
 from .view import (
-    LAYER_PREFIX_SEP,
     NEAR_FRONT_RANKS,
     StudyView,
     _elapsed_s,
     _kept_in_float,
     _main_params,
+    float_layers,
     importance_evaluator,
     importances,
     layer_override_rates,
@@ -152,6 +152,7 @@ def pareto_figure(study) -> go.Figure:
             customdata=[[wt.number]], hoverinfo="text",
             hovertext=[_hover(view, wt) + (f"<br>confirmed {conf:.3f} ms{speed}" if conf else "")],
             meta={"role": "winner", "confirmed_ms": conf}))
+    _add_confirmed(fig, view, y_of)
     base = view.baseline
     if base is not None:
         fig.add_trace(go.Scatter(
@@ -175,6 +176,58 @@ def pareto_figure(study) -> go.Figure:
         fig.add_annotation(text="exact zeros are drawn on the line labelled 0 (a log axis has no 0)", showarrow=False,
                            xref="paper", yref="paper", x=1, y=0, xanchor="right", yanchor="bottom", font={"size": 10})
     return fig
+
+
+CONTRADICTED = 1.10  # a confirmed figure this far from the search's, outside its interval, contradicts it
+
+
+def confirmed_points(view: StudyView) -> list[tuple[FrozenTrial, float, bool]]:
+    """(trial, its latency as confirmed side by side in selection on the chart's axis, whether that contradicts
+    the search's figure) per finalist: a search figure timed under load can read far faster or slower than
+    the same engine timed beside the others."""
+    out = []
+    for f in (view.winner or {}).get("finalists") or []:
+        t = view.trial(f["trial"])
+        if t is None or t.state != TrialState.COMPLETE:
+            continue
+        rel = f.get("relative")
+        if view.paired and rel:
+            value, low, high = rel["ratio"], rel["ci_low"], rel["ci_high"]
+        elif not view.paired:
+            value, low, high = f["median_ms"], f["ci_low_ms"], f["ci_high_ms"]
+        else:
+            continue
+        search = view.latency(t)
+        apart = max(value, search) / max(min(value, search), 1e-12)
+        out.append((t, value, apart > CONTRADICTED and not low <= search <= high))
+    return out
+
+
+def _add_confirmed(fig: go.Figure, view: StudyView, y_of) -> None:
+    """The finalists as selection confirmed them (diamonds), each joined to its search point; a search point
+    that selection contradicted is crossed out in grey, so the chart does not show it as a result."""
+    points = confirmed_points(view)
+    if not points:
+        return
+    fig.add_trace(go.Scatter(
+        x=[v for _, v, _ in points], y=[y_of(t) for t, _, _ in points], mode="markers",
+        name=f"confirmed side by side ({len(points)} finalists)", customdata=[[t.number] for t, _, _ in points],
+        hovertext=[_hover(view, t) + f"<br>confirmed in selection: {view.axis_text(v)}" for t, v, _ in points],
+        hoverinfo="text", marker={"symbol": "diamond", "size": 12, "color": "white", "line": {"width": 2, "color": "black"}},
+        meta={"role": "confirmed"}))
+    contradicted = [(t, v) for t, v, bad in points if bad]
+    for t, v in contradicted:
+        fig.add_trace(go.Scatter(x=[view.latency(t), v], y=[y_of(t), y_of(t)], mode="lines", showlegend=False,
+                                 line={"color": "grey", "dash": "dot", "width": 1}, hoverinfo="skip",
+                                 meta={"role": "moved", "trial": t.number}))
+    if contradicted:
+        fig.add_trace(go.Scatter(
+            x=[view.latency(t) for t, _ in contradicted], y=[y_of(t) for t, _ in contradicted], mode="markers",
+            name=f"search figure contradicted by selection ({len(contradicted)})",
+            customdata=[[t.number] for t, _ in contradicted], hoverinfo="text",
+            hovertext=[_hover(view, t) + f"<br>selection timed it at {view.axis_text(v)}: this search figure is "
+                                          "not a result (timed under load?)" for t, v in contradicted],
+            marker={"symbol": "x", "size": 14, "color": "grey"}, meta={"role": "contradicted"}))
 
 
 def _zero_line_ticks(floor: float, top: float) -> dict:
@@ -276,9 +329,11 @@ def layer_map_figure(study, ranks: int = NEAR_FRONT_RANKS) -> go.Figure:
     if not near:
         return note_figure("No feasible trial uses per-layer overrides (only routes without them, e.g. fp32/fp16, "
                            "are feasible, or the space has no layer_overrides): no per-layer map.", title)
-    layers = list(rates)[::-1]
-    short = [k.split(LAYER_PREFIX_SEP, 1)[1] for k in layers]
-    z = [[1 if t.params.get(k) else 0 for t in near] for k in layers]
+    if not rates:
+        return note_figure(f"No layer is kept in float by the {len(near)} feasible trials near the front: every "
+                           "quantizable layer stays quantized.", title)
+    layers = short = list(rates)[::-1]
+    z = [[1 if k in float_layers(t) else 0 for t in near] for k in layers]
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, column_widths=[0.7, 0.3], horizontal_spacing=0.02,
                         subplot_titles=(f"{len(near)} feasible trials near the front", "share kept in float"))
     fig.add_trace(go.Heatmap(z=z, x=[f"#{t.number}" for t in near], y=short, zmin=0, zmax=1, showscale=False,

@@ -10,7 +10,7 @@ import plotly
 
 from ..errors import UserError
 from .charts import figures, note_of
-from .view import StudyView, summary_rows
+from .view import StudyView, sensitivity_rows, summary_rows
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
 table.summary{border-collapse:collapse;margin:1em 0}\
@@ -22,6 +22,29 @@ section{margin:2em 0}h2{margin-bottom:.3em}.meta{color:#666;font-size:90%}"""
 
 _SECTIONS = (("pareto", "Pareto front"), ("history", "Optimization history"), ("importance", "Parameter importances"),
              ("layers", "Per-layer override map"))
+
+
+SENSITIVITY_ROWS = 40
+
+
+def _sensitivity_sections(view) -> list[str]:
+    """The study's per-layer sensitivity tables: the layers the greedy pass keeps in float first (above the
+    line), then the rest by sensitivity."""
+    parts = []
+    for route, entries, cut in sensitivity_rows(view):
+        parts.append(f"<section id='sensitivity'><h2>Per-layer sensitivity: {html.escape(route)}</h2>"
+                     f"<p class='meta'>{cut} kept in float by the greedy pass (first rows); error "
+                     f"({html.escape(view.primary_metric)}) with only this candidate quantized, and with all but it; "
+                     "its share of the fp32 engine's node time</p><table class='summary'>"
+                     "<tr><td>candidate</td><td>only it quantized</td><td>all but it</td><td>fp32 share</td></tr>")
+        for i, e in enumerate(entries[:SENSITIVITY_ROWS]):
+            mark = " style='border-bottom:2px solid #d62728'" if i == cut - 1 else ""
+            parts.append(f"<tr{mark}><td>{html.escape(e['name'])}</td><td>{e['error_only']:.4g}</td>"
+                         f"<td>{e['error_all_but']:.4g}</td><td>{100 * e['latency_share']:.1f}%</td></tr>")
+        if len(entries) > SENSITIVITY_ROWS:
+            parts.append(f"<tr><td>... {len(entries) - SENSITIVITY_ROWS} more</td><td></td><td></td><td></td></tr>")
+        parts.append("</table></section>")
+    return parts
 
 
 def write_report(study, path: str, storage_url: str | None = None) -> str:
@@ -49,6 +72,7 @@ def write_report(study, path: str, storage_url: str | None = None) -> str:
             parts.append(fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{key}",
                                      config={"displaylogo": False}))
         parts.append("</section>")
+    parts += _sensitivity_sections(view)
     parts.append("</body></html>")
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):

@@ -80,9 +80,14 @@ class StudyView:
         lat = relative_of(t) if self.paired else latency_of(t)
         return lat if lat is not None and math.isfinite(lat) else float(t.values[0])
 
+    def axis_text(self, value: float) -> str:
+        """A value on the latency axis as text: a ratio to the baseline (paired) as its speedup, else ms."""
+        return f"{1 / value:.2f}x the baseline" if self.paired and value > 0 else f"{value:.3f} ms"
+
     def latency_text(self, t: FrozenTrial) -> str:
-        ms = f"{latency_of(t):.3f} ms"
-        return f"{self.latency(t):.3f} of the baseline ({ms})" if self.paired else ms
+        """A search figure as every output writes it: the speedup over the baseline, milliseconds beside it."""
+        up = speedup_of(t, self.baseline)
+        return f"{up:.2f}x the baseline ({latency_of(t):.3f} ms)" if up else f"{latency_of(t):.3f} ms"
 
     @property
     def baseline(self) -> FrozenTrial | None:
@@ -177,9 +182,16 @@ def _finite(v: float, cap: float = 1e30) -> float:
     return cap if not math.isfinite(v) else min(v, cap)
 
 
+def float_layers(t: FrozenTrial) -> list[str]:
+    """The model's layers (node names) the trial keeps in float: its config's per-layer lists, however the
+    search encoded them (one boolean per node or group, or a ranking's top k)."""
+    config = t.user_attrs.get("config") or {}
+    return sorted({n for v in config.values() if isinstance(v, list) for n in v})
+
+
 def layer_override_rates(study, ranks: int = NEAR_FRONT_RANKS) -> tuple[list[FrozenTrial], dict[str, float]]:
-    """The feasible trials near the front that use per-layer overrides, and per layer parameter
-    (e.g. 'keep_float/block1/ffn/fc1') the fraction of them that keep that layer in high precision."""
+    """The feasible trials near the front that use per-layer overrides, and per layer (node name, e.g.
+    'block1/ffn/fc1') the fraction of them that keep it in float, most often kept first."""
     view = StudyView.of(study)
     with_layers = [t for t in view.feasible if any(_is_layer_param(k) for k in t.params)]
     points = [(view.latency(t), view.error(t), t) for t in with_layers]
@@ -187,11 +199,10 @@ def layer_override_rates(study, ranks: int = NEAR_FRONT_RANKS) -> tuple[list[Fro
     if len(near) < 3:  # too few to speak of rates: use every feasible trial with overrides
         near = with_layers
     near = sorted(near, key=lambda t: t.number)
-    layers: list[str] = []
-    for t in sorted(view.complete, key=lambda t: t.number):
-        layers += [k for k in t.params if _is_layer_param(k) and k not in layers]
-    rates = {k: sum(bool(t.params.get(k)) for t in near) / len(near) for k in layers} if near else {}
-    return near, rates
+    kept = {t.number: set(float_layers(t)) for t in near}
+    layers = sorted({n for nodes in kept.values() for n in nodes})
+    rates = {n: sum(n in kept[t.number] for t in near) / len(near) for n in layers}
+    return near, dict(sorted(rates.items(), key=lambda kv: -kv[1]))
 
 
 def _fmt_s(seconds: float) -> str:
@@ -199,6 +210,19 @@ def _fmt_s(seconds: float) -> str:
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def sensitivity_rows(study) -> list[tuple[str, list[dict], int]]:
+    """Per ranked override: (its route, its sensitivity table, most sensitive first, the greedy cut)."""
+    view = StudyView.of(study)
+    out = []
+    for ranking in (view.settings.rankings or {}).values():
+        if ranking.get("entries"):
+            route = " ".join(str(v) for k, v in (ranking.get("route") or {}).items() if k in ("backend", "precision"))
+            by_name = {e["name"]: e for e in ranking["entries"]}
+            ordered = [by_name[n] for n in ranking.get("order", []) if n in by_name]  # greedy set first
+            out.append((route, ordered or ranking["entries"], int(ranking.get("cut") or 0)))
+    return out
 
 
 def summary_rows(study) -> list[tuple[str, str]]:
@@ -242,12 +266,17 @@ def summary_rows(study) -> list[tuple[str, str]]:
         conf = winner.get("confirmed_latency") or {}
         metrics = winner.get("confirmed_metrics") or winner.get("metrics") or {}
         err = metrics.get(view.primary_metric)
-        rows.append(("winner", f"trial {winner['trial']}: {conf.get('median_ms', float('nan')):.3f} ms confirmed "
-                               f"(95% CI {conf.get('ci_low_ms', float('nan')):.3f}-{conf.get('ci_high_ms', float('nan')):.3f}), "
+        speed = f"{winner['speedup']:.2f}x the baseline, " if winner.get("speedup") else ""
+        rows.append(("winner", f"trial {winner['trial']}: {speed}confirmed side by side "
+                               f"({conf.get('median_ms', float('nan')):.3f} ms, 95% CI {conf.get('ci_low_ms', float('nan')):.3f}-"
+                               f"{conf.get('ci_high_ms', float('nan')):.3f}), "
                                f"precision {(winner.get('config') or {}).get('precision')}"))
         base_conf = (winner.get("baseline_latency") or {}).get("median_ms")
         rows.append(("speedup", f"{winner['speedup']:.2f}x the baseline ({base_conf:.3f} ms, timed side by side)"
                      if winner.get("speedup") and base_conf else "n/a"))
+        kept = float_layers(view.trial(winner["trial"])) if view.trial(winner["trial"]) else []
+        rows.append(("winner's float layers", (f"{len(kept)}: " + ", ".join(kept[:24]) + (" ..." if len(kept) > 24 else ""))
+                     if kept else "none: every quantizable layer of its route is quantized (or its route is a float one)"))
         rows.append(("winner error", f"{view.primary_metric} {err:.3g}" + (
             f" (limit {view.bounds[0][1]:g})" if view.bounds else "") if err is not None else "n/a"))
         rows += [(f"finalist {label}" if label != "tie" else "tie within noise", text)
@@ -269,9 +298,7 @@ def summary_rows(study) -> list[tuple[str, str]]:
         rows.append(("speedup", "n/a"))
     if feasible:
         best = min(feasible, key=view.latency)
-        up = speedup_of(best, base)
-        speed = f", {up:.2f}x baseline in the search" if up else ""
-        rows.append(("fastest feasible in the search", f"trial {best.number}: {view.latency_text(best)}{speed}, "
+        rows.append(("fastest feasible in the search", f"trial {best.number}: {view.latency_text(best)}, "
                                                        f"{view.primary_metric} {view.error(best):.3g}"))
     starts = [t.datetime_start for t in trials if t.datetime_start]
     ends = [t.datetime_complete for t in trials if t.datetime_complete]
