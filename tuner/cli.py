@@ -100,6 +100,13 @@ def _add_allow_metric(p: argparse.ArgumentParser) -> None:
                         "a stored metric is code whoever writes the database chose: docs/distributed.md#trust-model)")
 
 
+def _add_artifacts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--artifacts", metavar="DIR_OR_URL",
+                   help="the study's artifact store, where the engines timed in selection go (a folder all hosts see, "
+                        "s3://BUCKET[/PREFIX] or gs://BUCKET[/PREFIX]); stored in the study (default: the stored one, "
+                        "else STUDY-artifacts beside a SQLite or journal file; none for a database server)")
+
+
 def _add_study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study", required=True, help="study name: letters, digits, '.', '_', '-' (required)")
     p.add_argument("--storage", help="storage URL (default sqlite:///studies/NAME.db; journal:///FILE.log; postgresql+psycopg://...)")
@@ -171,14 +178,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cap on the builds of the per-layer sensitivity analysis (default 150; 0: no cap): above it, "
                         "layer groups are ranked first, then the layers inside the groups that matter")
     p.add_argument("--keep-engines", action="store_true",
-                   help="keep every trial's engine on disk (default: none kept; export rebuilds)")
+                   help="keep every trial's engine on disk and in the artifact store, and every selection's "
+                        "(default: only the last selection's finalists, as timed, are kept, in the artifact store)")
     p.add_argument("--engines-dir", help="where trial engines are built (default next to the study database)")
+    _add_artifacts(p)
     p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
     _add_allow_metric(p)
     p.set_defaults(run="cmd_tune")
     p = sub.add_parser("select", help="re-time the top feasible trials side by side and store the confirmed winner")
     _add_study_args(p)
     p.add_argument("--top-k", type=_positive_int, default=3, help="candidates to compare (default 3)")
+    _add_artifacts(p)
     _add_allow_metric(p)
     p.set_defaults(run="cmd_select")
     p = sub.add_parser("export", help="write the winner: engine, config.json, report.json")
@@ -189,6 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(listed in its export-manifest.json); other files are kept (default: refuse)")
     p.add_argument("--best-effort", action="store_true",
                    help="with no feasible trial, export the closest candidate (default: refuse)")
+    p.add_argument("--rebuild", action="store_true",
+                   help="build the engine again from its config (default: download the engine that was timed from "
+                        "the study's artifact store, checked against its sha256; rebuilt where there is none)")
+    p.add_argument("--artifacts", metavar="DIR_OR_URL",
+                   help="where the study's artifacts are, when this host sees them elsewhere (default: the stored one)")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the closing check (tuner verify: the exported engine against the defaults in a fresh "
                         "process; default: verify)")

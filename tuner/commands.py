@@ -120,7 +120,7 @@ def _tune_options(args) -> TuneOptions:
         allow_metrics=args.allow_metric or [],
         objectives=args.objectives, sampler=args.sampler, seed=args.seed, n_trials=args.n_trials, max_trials=args.max_trials,
         timeout=args.timeout, enqueue=args.enqueue or [], force=args.force, trial_timeout=args.trial_timeout, jobs=args.jobs,
-        jobs_over_cores=args.jobs_over_cores,
+        jobs_over_cores=args.jobs_over_cores, artifacts=args.artifacts,
         stop_after_no_improvement=args.stop_after_no_improvement, top_k=args.top_k, select=not args.no_select,
         quiet=args.quiet, keep_engines=args.keep_engines, engines_dir=args.engines_dir,
         protocol=LatencyProtocol(max_seconds=args.max_timing_s) if args.max_timing_s else None, timing=args.timing,
@@ -148,7 +148,7 @@ def cmd_select(args) -> int:
     problem = study_problem(study, args.allow_metric or ())
     print_notes(problem.notes)
     try:
-        winner = select_winner(study, problem, args.top_k)
+        winner = select_winner(study, problem, args.top_k, artifacts=args.artifacts)
     except TrialFailure as exc:
         raise UserError(f"selecting the winner failed: {exc}") from None
     for line in describe_result(TuneResult(study, winner, 0)):
@@ -162,16 +162,21 @@ def cmd_export(args) -> int:
     problem = study_problem(study, args.allow_metric or ())
     print_notes(problem.notes)
     try:
-        rep = export_winner(study, problem, args.out, args.best_effort, force=args.force)
+        rep = export_winner(study, problem, args.out, args.best_effort, force=args.force, rebuild=args.rebuild,
+                            artifacts=args.artifacts)
     except TrialFailure as exc:
-        raise UserError(f"rebuilding the winner failed: {exc}") from None
+        raise UserError(f"exporting the winner failed: {exc}") from None
+    src = rep["engine_source"]
+    how = (f"the engine as timed (artifact {src['artifact']}, sha256 checked)" if src["kind"] == "artifact"
+           else "the rebuilt engine")
     speed = f", {rep['speedup_vs_baseline']:.2f}x the baseline" if rep.get("speedup_vs_baseline") else ""
     print(f"{rep['kind']} (trial {rep['trial']}) written to {args.out}: engine/, config.json, report.json, "
           f"{MANIFEST}{speed}; "
           f"requirement {rep['requirement'] or 'none'} "
-          f"{'holds' if rep['meets_requirement'] else 'is NOT met'} on the rebuilt engine")
+          f"{'holds' if rep['meets_requirement'] else 'is NOT met'} on {how}")
     if not rep["rebuilt_matches_stored"]:
-        print("warning: the rebuilt engine's error differs from the stored one by more than 5%", file=sys.stderr)
+        print(f"warning: the {'downloaded' if src['kind'] == 'artifact' else 'rebuilt'} engine's error differs from "
+              "the stored one by more than 5%", file=sys.stderr)
     if rep["kind"] == "winner" and not args.no_verify:
         result = _verify(study, os.path.join(args.out, "engine"), rep["backend"], args.allow_metric)
         rep["verify"] = result
@@ -323,5 +328,3 @@ def cmd_report(args) -> int:
     write_report(view, args.out, url)
     print(f"report of study {args.study} ({len(view.trials)} trials, {len(view.feasible)} feasible) written to {args.out}")
     return 0
-
-

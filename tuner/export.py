@@ -1,6 +1,8 @@
-"""`tuner export`: rebuild the study's winner (or, asked for, its best-effort candidate) through the
-isolated evaluator, check its accuracy again, and write the engine, config.json and report.json into a
-new folder (tuner.export_files: staged, then moved into place)."""
+"""`tuner export`: the study's winner (or, asked for, its best-effort candidate): its engine as it was
+timed, downloaded from the study's artifact store and checked against the sha256 recorded at upload
+(tuner.artifacts), or, with --rebuild or where the study keeps no artifact of it, rebuilt from its config
+through the isolated evaluator; its accuracy checked again; the engine, config.json and report.json
+written into a new folder (tuner.export_files: staged, then moved into place)."""
 from __future__ import annotations
 
 import json
@@ -9,6 +11,7 @@ import os
 import optuna
 
 from . import __version__
+from .artifacts import check_files, engine_of, fetch_engine, note, resolve_store
 from .errors import UserError
 from .export_files import check_out_dir, install, staging_dir
 from .jobs import Evaluator
@@ -17,9 +20,12 @@ from .winner import BEST_EFFORT_ATTR, WINNER_ATTR
 
 
 def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effort: bool = False,
-                  timeout_s: float = 1800.0, force: bool = False) -> dict:
-    """Rebuild the winner (or, with best_effort, the closest candidate) into out_dir with config.json and
-    report.json. out_dir must be new or empty; with force, only what an earlier export wrote is replaced."""
+                  timeout_s: float = 1800.0, force: bool = False, rebuild: bool = False,
+                  artifacts: str | None = None) -> dict:
+    """Write the winner (or, with best_effort, the closest candidate) into out_dir with config.json and
+    report.json: the engine that was timed, from the artifact store (`artifacts`: --artifacts, else the
+    study's), or with `rebuild` (or no artifact of it: said in one line) rebuilt from its config.
+    out_dir must be new or empty; with force, only what an earlier export wrote is replaced."""
     chosen = study.user_attrs.get(WINNER_ATTR)
     kind = "winner"
     if not chosen:
@@ -32,10 +38,28 @@ def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effo
         if not chosen:
             raise UserError(f"study {study.study_name!r} has no completed trial to export")
     check_out_dir(out_dir, force)
+    store = resolve_store(study, artifacts)
+    record = None if rebuild or store is None else engine_of(study, chosen)
+    if record is None and not rebuild:
+        was = (chosen.get("engine_artifact") or {}).get("store")  # where selection uploaded it (a migrated study)
+        why = ("its study has no artifact store (a database server: tune/select --artifacts DIR_OR_URL keeps the "
+               "timed engines" + (f"; it was uploaded to {was}: --artifacts {was} exports it" if was else "") + ")"
+               if store is None else f"{store.url} holds no engine of it (selected before engines were uploaded, "
+               "or the upload failed)")
+        note(f"trial {chosen['trial']}: rebuilt from its config, since {why}; the bytes may differ from those timed")
     with staging_dir(out_dir) as staging:
+        engine_dir = os.path.join(staging, "engine")
+        if record is not None:
+            fetch_engine(store, record, engine_dir)  # sha256 of the tar and of every file, as uploaded
         with Evaluator(problem.spec, timeout_s, study=study.study_name) as evaluator:
-            built = evaluator.export(chosen["config"], os.path.join(staging, "engine"))
+            if record is not None:
+                built = evaluator.load(chosen["config"], engine_dir, record.get("main"))
+            else:
+                built = evaluator.export(chosen["config"], engine_dir)
+        if record is not None:
+            check_files(engine_dir, record)  # the accuracy check left the bytes as they were timed
         report = _export_report(study, problem, chosen, kind, built, staging, out_dir)
+        report["engine_source"] = _source(record, store)
         with open(os.path.join(staging, "config.json"), "w") as f:
             json.dump(chosen["config"], f, indent=2, sort_keys=True)
         with open(os.path.join(staging, "report.json"), "w") as f:
@@ -47,7 +71,8 @@ def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effo
 
 def _export_report(study: optuna.Study, problem: Problem, chosen: dict, kind: str, built: dict, staging: str,
                    out_dir: str) -> dict:
-    """report.json: what was exported, how to run it, and whether the rebuilt engine meets the requirement."""
+    """report.json: what was exported, how to run it, and whether the engine meets the requirement
+    ("rebuilt_matches_stored": its error is the stored one, for a downloaded engine as for a rebuilt one)."""
     metrics, per_output = built["metrics"], built["per_output"]
     stored = chosen.get("confirmed_metrics") or chosen.get("metrics") or {}
     primary = problem.requirement.primary_metric
@@ -72,6 +97,15 @@ def _export_report(study: optuna.Study, problem: Problem, chosen: dict, kind: st
         "engine_tuner": __version__,
     }
     return report
+
+
+def _source(record: dict | None, store) -> dict:
+    """report.json's engine_source: the artifact exported (the engine as timed, with its sha256) or "rebuilt"."""
+    if record is None:
+        return {"kind": "rebuilt"}
+    return {"kind": "artifact", "artifact": record["id"], "timed_in": record.get("source"), "store": store.url,
+            "sha256": record["sha256"], "files": record["files"], "uploaded_at": record.get("uploaded_at"),
+            "host": record.get("host")}
 
 
 def _close(a, b, rel: float = 0.05) -> bool:

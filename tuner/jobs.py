@@ -13,7 +13,7 @@ from typing import Any
 
 from . import cache
 from .backends.base import Engine, get_backend
-from .evaluate import Phase, build, check_accuracy, measure, no_phase
+from .evaluate import Phase, backend_of, build, check_accuracy, measure, no_phase
 from .isolate import IsolatedRunner
 from .locks import TimingLockWaits, default_lock_path, device_lock
 from .measure.guard import BaselineBand
@@ -96,10 +96,12 @@ def node_times_job(spec: dict, cache_dir: str, backend: str, on_phase: Phase = n
 
 
 def confirm_job(spec: dict, cache_dir: str, configs: list[dict], baseline: int, rounds: int,
-                on_phase: Phase = no_phase, study: str = "") -> dict:
+                on_phase: Phase = no_phase, study: str = "", save_dir: str | None = None) -> dict:
     """Rebuild every config, check its accuracy again and time them all side by side in blocks with
     configs[baseline] (selection). A config that fails to build is reported with its reason; the
-    others are still compared. Returns {"results": [per config], "load": the machine's load}."""
+    others are still compared. Returns {"results": [per config], "load": the machine's load}. With
+    save_dir, each engine timed is saved, after its timing, into save_dir/INDEX (its result's "saved":
+    the main file's name there, or "save_error"), for the parent to upload as the engine that was timed."""
     problem = loaded_problem(spec, cache_dir)
     results: list[dict] = []
     engines: list[Engine] = []
@@ -125,12 +127,25 @@ def confirm_job(spec: dict, cache_dir: str, configs: list[dict], baseline: int, 
             with device_lock(default_lock_path(sorted(devices)[0])), LoadMeter() as meter:
                 samples, converged, _ = time_blocks([e.timed_call(problem.batches[0]) for e in engines],
                                                  LatencyProtocol(max_seconds=60.0), baseline=base_at, max_rounds=rounds)
+            if save_dir is not None:
+                on_phase("saving the engines timed")
+                _save_timed(engines, [i for i, r in enumerate(results) if "error" not in r], results, save_dir)
         finally:
             for e in engines:
                 e.close()
     for r, (stats, rel) in zip(built, relative_to(samples, base_at, converged)):
         r["latency"], r["relative"] = stats.to_dict(), rel.to_dict()
     return {"results": results, "load": meter.load.to_dict()}
+
+
+def _save_timed(engines: list[Engine], indices: list[int], results: list[dict], save_dir: str) -> None:
+    """engines[k] (configs[indices[k]]) saved into save_dir/INDEX; a failure to save is that result's note."""
+    for engine, i in zip(engines, indices):
+        folder = os.path.join(save_dir, str(i))
+        try:
+            results[i]["saved"] = os.path.relpath(engine.save(folder), folder)
+        except Exception as exc:  # noqa: BLE001  the timing stands; only this engine is not kept
+            results[i]["save_error"] = f"{type(exc).__name__}: {exc}"
 
 
 def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase: Phase = no_phase,
@@ -142,6 +157,23 @@ def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase:
         path = engine.save(out_dir)
     return {"metrics": metrics, "per_output": per_output, "engine": path, "backend": backend.name,
             "usage": backend.usage(out_dir)}
+
+
+def load_job(spec: dict, cache_dir: str, config: dict, engine_dir: str, main: str | None = None,
+             on_phase: Phase = no_phase, study: str = "") -> dict:
+    """Load the engine in engine_dir (an uploaded one, downloaded by export) with the backend of `config`
+    and check its accuracy; what export_job returns, without building or writing anything."""
+    problem = loaded_problem(spec, cache_dir)
+    backend = backend_of(problem, config)
+    on_phase("loading the engine")
+    engine = backend.load(engine_dir)
+    try:
+        on_phase("accuracy check")
+        metrics, per_output = check_accuracy(problem, engine)
+    finally:
+        engine.close()
+    return {"metrics": metrics, "per_output": per_output, "engine": os.path.join(engine_dir, main or ""),
+            "backend": backend.name, "usage": backend.usage(engine_dir)}
 
 
 def verify_job(spec: dict, cache_dir: str, config: dict, baseline: dict, engine_dir: str | None, backend: str | None,
@@ -210,8 +242,8 @@ class Evaluator:
     def node_times(self, backend: str) -> dict[str, float]:
         return self._call(node_times_job, backend=backend)
 
-    def confirm(self, configs: list[dict], baseline: int, rounds: int = 30) -> dict:
-        return self._call(confirm_job, configs=configs, baseline=baseline, rounds=rounds)
+    def confirm(self, configs: list[dict], baseline: int, rounds: int = 30, save_dir: str | None = None) -> dict:
+        return self._call(confirm_job, configs=configs, baseline=baseline, rounds=rounds, save_dir=save_dir)
 
     def verify(self, config: dict, baseline: dict, engine_dir: str | None = None, backend: str | None = None,
                protocol: LatencyProtocol | None = None) -> dict:
@@ -220,6 +252,10 @@ class Evaluator:
 
     def export(self, config: dict, out_dir: str) -> dict:
         return self._call(export_job, config=config, out_dir=out_dir)
+
+    def load(self, config: dict, engine_dir: str, main: str | None = None) -> dict:
+        """Check the accuracy of a saved engine of `config` (export of a downloaded artifact)."""
+        return self._call(load_job, config=config, engine_dir=engine_dir, main=main)
 
     def close(self) -> None:
         self._runner.close()

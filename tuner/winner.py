@@ -5,11 +5,26 @@ choices off the defaults). Built through the isolated evaluator; tuner.export wr
 tuner.verify re-times it against the defaults."""
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
+from .artifacts import (
+    SELECTION,
+    StoreRef,
+    engine_records,
+    note,
+    remember_store,
+    remove_engines,
+    upload_engine,
+    upload_kept_engines,
+)
 from .jobs import Evaluator
 from .problem import Problem
 from .record import BUILD_KEY, CONFIG
@@ -37,9 +52,19 @@ def top_candidates(study: optuna.Study, k: int) -> list:
 
 
 def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds: int = 30,
-                  timeout_s: float = 1800.0) -> dict | None:
+                  timeout_s: float = 1800.0, artifacts: str | None = None, keep_engines: bool | None = None
+                  ) -> dict | None:
     """Store and return the confirmed winner; with nothing feasible, store the closest candidate instead.
-    Raises TrialFailure when the side-by-side job itself dies (nothing is stored then)."""
+    The engines of the confirmed finalists, as timed side by side, go to the study's artifact store
+    (tuner.artifacts; `artifacts`: --artifacts, else the stored or default one; keep_engines: tune's
+    --keep-engines, all kept, None: as stored), the winner's record names its own. Raises TrialFailure when
+    the side-by-side job itself dies (nothing is stored then)."""
+    store, keep_all = remember_store(study, artifacts, keep_engines)
+    if store is None:
+        note(f"study {study.study_name!r} is in a database server and has no artifact store: the engines timed in "
+             "selection are not kept and export will rebuild the winner (--artifacts DIR_OR_URL keeps them)")
+    else:
+        _upload(lambda: upload_kept_engines(study, store), "uploading the kept trial engines")
     cands = top_candidates(study, top_k)
     base = baseline_trial(study)
     if not cands:
@@ -47,6 +72,7 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
         if closest is not None:
             study.set_user_attr(BEST_EFFORT_ATTR, _summary(closest))
         study.set_user_attr(WINNER_ATTR, None)
+        _drop_earlier(study, store, keep_all)
         return None
     # The baseline always runs in the comparison: it gives the speedup, and, being feasible in
     # nearly every study, it guarantees the winner is never slower than the default.
@@ -54,8 +80,33 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
         cands.append(base)
     entries = cands + ([base] if base is not None and base not in cands else [])
     reference = entries.index(base) if base is not None else 0  # what the speedups are measured against
-    with Evaluator(problem.spec, timeout_s, study=study.study_name) as evaluator:
-        confirmed_run = evaluator.confirm([t.user_attrs[CONFIG] for t in entries], reference, rounds=rounds)
+    with tempfile.TemporaryDirectory(prefix="tuner-finalists-") as saved:
+        with Evaluator(problem.spec, timeout_s, study=study.study_name) as evaluator:
+            confirmed_run = evaluator.confirm([t.user_attrs[CONFIG] for t in entries], reference, rounds=rounds,
+                                              save_dir=saved if store is not None else None)
+        winner = _decide(study, problem, cands, base, entries, confirmed_run)
+        if winner is not None and store is not None:
+            uploaded = _upload(lambda: _upload_finalists(study, store, entries, confirmed_run["results"], saved, keep_all),
+                               "uploading the finalists' engines (export will rebuild)") or {}
+            winner["engine_artifact"] = _short(uploaded.get(winner["trial"]))
+            for f in winner["finalists"]:
+                f["engine_artifact"] = (uploaded.get(f["trial"]) or {}).get("id")
+    study.set_user_attr(WINNER_ATTR, winner)
+    if winner is None:
+        _drop_earlier(study, store, keep_all)
+    return winner
+
+
+def _drop_earlier(study: optuna.Study, store: StoreRef | None, keep_all: bool) -> None:
+    """No winner now: the engines earlier selections uploaded are no one's any more (unless all are kept)."""
+    if store is not None and not keep_all:
+        earlier = [r for r in engine_records(study) if r.get("source") == SELECTION]
+        if earlier:
+            _upload(lambda: remove_engines(study, store, earlier), "removing the engines of the last selection")
+
+
+def _decide(study: optuna.Study, problem: Problem, cands: list, base, entries: list, confirmed_run: dict) -> dict | None:
+    """The winner of a side-by-side run (not stored yet); None (best effort stored) when no finalist passed."""
     results = confirmed_run["results"]
     built = [(t, r) for t, r in zip(entries, results) if "error" not in r]
     stats = {t.number: r["latency"] for t, r in built}
@@ -63,7 +114,6 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
     confirmed = [(t, r["metrics"]) for t, r in built if t in cands and r["feasible"]]
     rejected = [t.number for t, r in zip(entries, results) if t in cands and not r.get("feasible")]
     if not confirmed:
-        study.set_user_attr(WINNER_ATTR, None)
         study.set_user_attr(BEST_EFFORT_ATTR, _summary(cands[0]) | {"note": "failed the accuracy re-check"})
         return None
     choices = {f.number: choices_off_defaults(f.params, f.user_attrs.get(CONFIG) or {}, problem.space) for f, _ in confirmed}
@@ -93,8 +143,40 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
         "load": confirmed_run["load"],
         "selected_at": time.time(),
     }
-    study.set_user_attr(WINNER_ATTR, winner)
     return winner
+
+
+def _upload(fn: Callable[[], Any], what: str) -> Any:
+    """Run a call on the artifact store; one that fails is one warning (the selection stands; export then rebuilds)."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001  any store's error (S3 and GCS have their own): it never costs the selection
+        print(f"warning: {what} in the artifact store failed ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
+
+
+def _upload_finalists(study: optuna.Study, store: StoreRef, entries: list, results: list[dict], saved: str,
+                      keep_all: bool) -> dict[int, dict]:
+    """Upload the engines of the finalists that passed the accuracy re-check, as timed; then remove the
+    engines of earlier selections (unless the study keeps them all). Returns {trial number: record}."""
+    earlier = [r for r in engine_records(study) if r.get("source") == SELECTION]
+    out = {}
+    for i, (t, r) in enumerate(zip(entries, results)):
+        if r.get("feasible") and "saved" in r and t.number not in out:
+            out[t.number] = upload_engine(study, store, os.path.join(saved, str(i)), t.number, SELECTION, r["saved"])
+        elif r.get("save_error"):
+            print(f"warning: the engine of trial {t.number} could not be saved after its timing ({r['save_error']})",
+                  file=sys.stderr)
+    if not keep_all:
+        remove_engines(study, store, earlier)
+    return out
+
+
+def _short(record: dict | None) -> dict | None:
+    """What the winner keeps of its engine's record (the full one is the study attr ENGINE_PREFIX + id)."""
+    if not record:
+        return None
+    return {k: record[k] for k in ("id", "sha256", "bytes", "files", "main", "source", "store")}
 
 
 def choices_off_defaults(params: dict, config: dict, space: Space) -> int:

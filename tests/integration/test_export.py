@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from tuner import artifacts
 from tuner.cli import main
 from tuner.export_files import MANIFEST
 from tuner.measure.latency import LatencyProtocol
@@ -50,6 +51,9 @@ def test_a_users_files_in_out_survive(url, tmp_path, capsys):
     assert {"config.json", "report.json", "engine/model.onnx", "engine/session_options.json"} <= set(manifest["files"])
     report = json.loads(after["report.json"])
     assert f"{out}/engine/model.onnx" in report["usage"] and ".export-" not in report["usage"]
+    # the engine selection timed, from the study's artifact store (s-artifacts beside s.db), not a rebuild
+    assert report["engine_source"]["kind"] == "artifact" and report["engine_source"]["files"] == {
+        f[len("engine/"):]: artifacts.sha256_of(os.path.join(out, f)) for f in manifest["files"] if f.startswith("engine/")}
 
 
 def test_force_replaces_only_what_the_last_export_wrote(url, tmp_path, capsys):

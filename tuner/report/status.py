@@ -6,6 +6,8 @@ import os
 import optuna
 from optuna.trial import TrialState
 
+from ..artifacts import resolve_store
+from ..artifacts import usage as artifacts_usage
 from ..machine import machine_id
 from ..search.failures import learnt_failures
 from ..search.settings import SETTINGS_ATTR, readable_settings
@@ -79,6 +81,7 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
         disk.append(f"engines {_dir_bytes(engines_dir) / 1e6:.1f} MB in {engines_dir}")
     if disk:
         lines.append("disk: " + ", ".join(disk))
+    lines.append(artifacts_usage(study, resolve_store(study)))
     return lines
 
 

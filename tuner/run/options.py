@@ -39,7 +39,8 @@ class TuneOptions:
     select: bool = True
     quiet: bool = False
     progress: bool = True
-    keep_engines: bool = False
+    keep_engines: bool = False  # every trial's engine kept on disk and, at selection, in the artifact store
+    artifacts: str | None = None  # the study's artifact store (--artifacts); None: the stored one, or beside its file
     engines_dir: str | None = None
     protocol: LatencyProtocol | None = None
     timing: str | None = None  # paired (default on CPU backends) or alone; stored in the study

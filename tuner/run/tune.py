@@ -121,7 +121,8 @@ def tune_study(opts: TuneOptions) -> TuneResult:
     winner = ctx.study.user_attrs.get("winner")
     if opts.select:
         try:
-            winner = select_winner(ctx.study, ctx.problem, opts.top_k)
+            winner = select_winner(ctx.study, ctx.problem, opts.top_k, artifacts=opts.artifacts,
+                                   keep_engines=opts.keep_engines)
         except TrialFailure as exc:  # the trials are safe in the study; selection can be run again
             raise UserError(f"selecting the winner failed ({exc}); the study's trials are kept: "
                             f"run `tuner select --study {opts.study}` again") from None
