@@ -1,6 +1,7 @@
 """What `tune` shows while it runs: a live line (rich) on a terminal, one log line per trial otherwise."""
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -127,11 +128,22 @@ class TrialProgress:
             print(line if len(line) <= LINE_WIDTH else line[:LINE_WIDTH - 3] + "...", file=sys.stderr, flush=True)
 
 
-def progress_printer(quiet: bool, log_lines: bool) -> Callable[[str], None]:
-    """The analysis's progress on stderr: one line rewritten on a terminal; elsewhere one line per step
-    (log_lines) or nothing."""
-    if quiet or not (sys.stderr.isatty() or log_lines):
+def progress_printer(quiet: bool, log_lines: bool, terminal: bool | None = None,
+                     say: Callable[[str], None] | None = None) -> Callable[[str], None]:
+    """The analysis's progress on stderr: one line rewritten on a terminal; elsewhere (log_lines) one line
+    per stage ("sensitivity 1/32: ...", then "greedy: ..."), not per step; or nothing."""
+    terminal = sys.stderr.isatty() if terminal is None else terminal
+    if quiet or not (terminal or log_lines):
         return lambda msg: None
-    if sys.stderr.isatty():
-        return lambda msg: print(f"\r{msg:70s}", end="", file=sys.stderr, flush=True)
-    return lambda msg: print(msg, file=sys.stderr, flush=True)
+    if terminal:
+        return lambda msg: print(f"\r{msg[:LINE_WIDTH]:{LINE_WIDTH}s}", end="", file=sys.stderr, flush=True)
+    say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    last = [None]
+
+    def stage_lines(msg: str) -> None:
+        stage = re.split(r"[\d:]", msg, maxsplit=1)[0]  # "sensitivity 3/32: block1" -> "sensitivity "
+        if stage != last[0]:
+            last[0] = stage
+            say(msg)
+
+    return stage_lines

@@ -79,3 +79,18 @@ def test_a_trial_line_fits_a_terminal_and_says_the_speedup(tmp_path, capsys):
     assert all(len(line) <= 119 for line in lines)
     assert "trial 1 (2/3) 2.00x 7.60 ms, feasible | best 2.00x #1" in lines[1]
     assert lines[2].endswith("...") and (" a very long reason" * 20) in log.read_text()
+
+
+def test_an_analysis_logs_one_line_per_stage_not_per_step():
+    from tuner.progress import progress_printer
+
+    said = []
+    show = progress_printer(quiet=False, log_lines=True, terminal=False, say=said.append)
+    for i in range(32):
+        show(f"sensitivity {i + 1}/32: block{i % 4}/attn")
+    for k in range(3):
+        show(f"greedy: {k} most sensitive in float")
+    show("groups: sensitivity 1/4: block0")
+    assert said == ["sensitivity 1/32: block0/attn", "greedy: 0 most sensitive in float", "groups: sensitivity 1/4: block0"]
+    progress_printer(quiet=True, log_lines=True, terminal=False, say=said.append)("sensitivity 1/32: x")
+    assert len(said) == 3  # quiet: nothing
