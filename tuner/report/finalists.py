@@ -32,7 +32,8 @@ def finalist_rows(winner: dict) -> list[tuple[str, str]]:
         role += [] if f["feasible"] else ["failed the accuracy re-check"]
         role += [] if steady(f["p10_ms"], f["p90_ms"]) else [f"unsteady: p90 over {MAX_SPREAD:g}x p10"]
         rel = f.get("relative")
-        ratio = (f"{rel['ratio']:.3f} of the baseline [95% {rel['ci_low']:.3f}-{rel['ci_high']:.3f}], " if rel else "")
+        ratio = (f"{1 / rel['ratio']:.2f}x the baseline [95% {1 / rel['ci_high']:.2f}-{1 / rel['ci_low']:.2f}], "
+                 if rel and min(rel["ratio"], rel["ci_low"]) > 0 else "")
         rows.append((f"trial {f['trial']}", f"{ratio}{f['median_ms']:.3f} ms, p10-p90 {f['p10_ms']:.3f}-{f['p90_ms']:.3f}, "
                                             f"95% CI [{f['ci_low_ms']:.3f}, {f['ci_high_ms']:.3f}]"
                                             + (f"  ({', '.join(role)})" if role else "")))
