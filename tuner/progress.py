@@ -87,12 +87,12 @@ class TrialProgress:
         if self._progress is not None:
             self._progress.stop()
 
-    def summary(self, study) -> str:
-        trials = study.get_trials(deepcopy=False)
+    def summary(self, study, trials: list | None = None) -> str:
+        trials = study.get_trials(deepcopy=False) if trials is None else trials
         done = [t for t in trials if t.state == TrialState.COMPLETE]
         feasible = sum(1 for t in done if is_feasible(t))
         failed = sum(1 for t in trials if t.state == TrialState.FAIL)
-        best, base = best_feasible(study), baseline_trial(study)
+        best, base = best_feasible(trials), baseline_trial(trials)
         if best is None:
             best_txt = "no feasible yet"
         else:
@@ -114,8 +114,9 @@ class TrialProgress:
     def __call__(self, study, trial) -> None:
         self.done += 1
         self.waited += float(trial.user_attrs.get(LOCK_WAIT_S, 0.0))
-        text = self.summary(study)
-        base = baseline_trial(study)
+        trials = study.get_trials(deepcopy=False)  # once: every figure of the line from the same moment
+        text = self.summary(study, trials)
+        base = baseline_trial(trials)
         total = f"/{self.n_trials}" if self.n_trials else ""
         head = f"[{_fmt_s(self._clock() - self.start)} ETA {self._eta()}] trial {trial.number} ({self.done}{total})"
         if self.log_path:

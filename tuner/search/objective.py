@@ -81,7 +81,8 @@ class Objective:
         trial.set_user_attr(CONFIG, config)
         trial.set_user_attr(BUILD_KEY, key)
         trial.set_user_attr(MACHINE, ctx.settings.machine)
-        prior = self._completed_with(key, trial.number)
+        done = ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))  # read once per trial
+        prior = self._completed_with(done, key, trial.number)
         if prior is not None:
             trial.set_user_attr(REUSED_FROM, prior.user_attrs.get(REUSED_FROM, prior.number))
             return self._report(trial, TrialRecord.from_trial(prior).copied())
@@ -90,7 +91,6 @@ class Objective:
         if seen is not None:
             self._prune_known_failure(trial, seen)
         out_dir = os.path.join(self.engines_dir, f"trial-{trial.number}")
-        done = ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         try:
             rec = self.evaluator.measure(config, out_dir, baseline_band(done, ctx.settings.machine),
                                          give_up_ratio(done))
@@ -134,8 +134,8 @@ class Objective:
         out = [values[o] for o in self.ctx.objectives]
         return out if len(out) > 1 else out[0]
 
-    def _completed_with(self, key: str, number: int):
-        for t in self.ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+    def _completed_with(self, done: list, key: str, number: int):
+        for t in done:
             # a latency measured on another machine is no measurement for this one
             if t.user_attrs.get(BUILD_KEY) == key and t.number != number and same_machine(
                     t.user_attrs.get(MACHINE) or {}, self.ctx.settings.machine):

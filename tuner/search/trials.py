@@ -58,15 +58,19 @@ def was_busy(t) -> bool:
     return bool((t.user_attrs.get("load") or {}).get("busy"))
 
 
-def completed(study: optuna.Study) -> list:
+def completed(study: optuna.Study | list) -> list:
+    """The completed trials of a study, or of trials read already (a caller that needs several views of one
+    moment reads the storage once: a read costs more as the study grows)."""
+    if isinstance(study, list):
+        return [t for t in study if t.state == TrialState.COMPLETE]
     return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
 
-def baseline_trial(study: optuna.Study):
+def baseline_trial(study: optuna.Study | list):
     return next((t for t in completed(study) if t.user_attrs.get(BASELINE)), None)
 
 
-def best_feasible(study: optuna.Study):
+def best_feasible(study: optuna.Study | list):
     feas = [t for t in completed(study) if is_feasible(t) and is_trusted(t)]
     return min(feas, key=speed_key) if feas else None
 
