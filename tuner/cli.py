@@ -286,6 +286,12 @@ def _add_cluster_parsers(sub) -> None:
     p.add_argument("--to", dest="to_url", required=True, help="target storage URL (required)")
     p.add_argument("--study", help="only this study (default: all)")
     p.set_defaults(run="cmd_migrate")
+    p = sub.add_parser("proxy", help="serve a database to many workers through Optuna's gRPC storage proxy (grpc://HOST:PORT)")
+    p.add_argument("--storage", required=True, help="the database, e.g. postgresql+psycopg://user:pw@host:5432/db (required)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this host only; 0.0.0.0 serves workers on other hosts)")
+    p.add_argument("--port", type=int, default=13000, help="port to listen on (default 13000; 0: any free port)")
+    p.set_defaults(run="cmd_proxy")
 
 
 def _terminate(signum, frame) -> None:

@@ -27,6 +27,7 @@ from .report.status import status_lines, studies_rows
 from .report.variants import variant_lines
 from .report.view import StudyView
 from .run.options import TuneOptions, engines_dir
+from .run.proxy import serve
 from .run.remote_worker import run_worker, worker_name
 from .run.tune import TuneResult, describe_result, tune_study
 from .search.trials import study_outcome
@@ -327,4 +328,10 @@ def cmd_report(args) -> int:
     view = StudyView.of(load_study(args.study, url, reading=True))
     write_report(view, args.out, url)
     print(f"report of study {args.study} ({len(view.trials)} trials, {len(view.feasible)} feasible) written to {args.out}")
+    return 0
+
+
+def cmd_proxy(args) -> int:
+    serve(args.storage, args.host, args.port)
+    print("tuner proxy: stopped")
     return 0

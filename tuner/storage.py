@@ -1,7 +1,8 @@
 """Optuna storages behind one URL: SQLite (one process), a journal file (several local processes),
-PostgreSQL/MySQL (many hosts). Every command that takes --storage goes through open_storage; commands
-that only read open with create=False, which never makes a file or a table. Heartbeats (a dead
-worker's trial is failed and retried) and `tuner migrate` live here too."""
+PostgreSQL/MySQL (many hosts), a `tuner proxy` in front of one (grpc://HOST:PORT: hundreds of workers,
+one process holding the database connections; tuner.run.proxy). Every command that takes --storage goes
+through open_storage; commands that only read open with create=False, which never makes a file or a table.
+Heartbeats (a dead worker's trial is failed and retried) and `tuner migrate` live here too."""
 from __future__ import annotations
 
 import glob
@@ -16,6 +17,7 @@ import optuna
 
 from .errors import UserError
 from .locks import directory_lock
+from .proxy_client import GRPC_PREFIX, open_proxy
 
 STUDIES_DIR = "studies"
 DEMO_DIR = "tuner-demo"  # `tuner demo` keeps its study here; `tuner studies` looks in both
@@ -148,9 +150,13 @@ def open_storage(url: str, create: bool = True, flag: str = "--storage") -> optu
             return _sqlite_storage(url, path)
         except (OSError, sqlite3.Error) as exc:
             raise UserError(f"{flag} {url}: cannot open {path}: {exc}") from None
+    if url.startswith(GRPC_PREFIX):
+
+        return open_proxy(url, flag)  # creates nothing: the proxy made the tables; a study is made by create_study
     scheme = url.split(":", 1)[0]
     if not scheme.startswith(("postgresql", "mysql")):
-        raise UserError(f"{flag} {url}: unknown kind; use sqlite:///FILE.db, {JOURNAL_PREFIX}FILE.log or postgresql+psycopg://user:pw@host:5432/db")
+        raise UserError(f"{flag} {url}: unknown kind; use sqlite:///FILE.db, {JOURNAL_PREFIX}FILE.log, "
+                        f"postgresql+psycopg://user:pw@host:5432/db or {GRPC_PREFIX}HOST:PORT (a `tuner proxy`)")
     # Heartbeats always on for database servers: a dead worker's trial is failed after the grace
     # period and retried once (TUNER_HEARTBEAT_INTERVAL/TUNER_GRACE_PERIOD).
     kwargs = heartbeat_options()

@@ -25,6 +25,7 @@ from .. import cache
 from ..errors import UserError
 from ..machine import machine_id
 from ..measure.latency import LatencyProtocol
+from ..proxy_client import GRPC_PREFIX, ProxyClaimLock
 from ..record import BASELINE, BASELINE_MACHINE, MACHINE, RETRY_OF, WORKER
 from ..search.enqueue import baseline_params
 from ..storage import local_path
@@ -149,7 +150,8 @@ class TrialClaims:
         self.ctx = ctx
         self.budget = budget
         self.other_machine = other_machine
-        self.lock = ClaimLock(ctx.url, ctx.study.study_name)
+        # behind a `tuner proxy` (grpc://): the proxy holds the same database lock for this worker
+        self.lock = (ProxyClaimLock if ctx.url.startswith(GRPC_PREFIX) else ClaimLock)(ctx.url, ctx.study.study_name)
         self.mid = machine_id(ctx.settings.machine)
 
     def _stopped(self) -> bool:
