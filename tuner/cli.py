@@ -146,7 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tpe (default), nsga2, gp, random, grid, or TensorRT's tuning strategies for any "
                         "backend: fast (the defaults, then one knob changed at a time), full (every "
                         "combination) or mixed (fast, then full over the knobs that helped)")
-    p.add_argument("--seed", type=int, help="sampler seed (default: none, a random start)")
+    p.add_argument("--seed", type=int,
+                   help="sampler seed (default: one drawn when the study is created, stored with it: a resumed "
+                        "study proposes what it would have proposed without the stop)")
     p.add_argument("--enqueue", action="append",
                    help="a known config to try early, e.g. precision=int8-dynamic,dyn_per_channel=true "
                         "(repeatable; default: only the baseline)")

@@ -1,6 +1,6 @@
 """Run a study's trials in this process or in N local worker processes, under one shared budget.
 
-Every worker is a separate process with its own sampler (seed + worker index) on the same storage.
+Every worker is a separate process with its own sampler (the study's seed, each trial seeded by its place) on the same storage.
 Builds run in parallel; timing stays exclusive per device through the lock in tuner.locks. The
 parent hands out trials one at a time from a shared counter, so a budget of N trials runs exactly
 N, and it shows the progress of all workers, which report each finished trial's number.

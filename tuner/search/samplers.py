@@ -1,4 +1,5 @@
-"""Optuna samplers from a study's settings (re-created on every resume: Optuna does not store them)."""
+"""Optuna samplers from a study's settings (re-created on every resume: Optuna does not store them), seeded
+per trial (tuner.search.seeding), so that a resumed study proposes what a study run straight through does."""
 from __future__ import annotations
 
 import warnings
@@ -8,6 +9,7 @@ import optuna
 from ..configs import grid_values
 from ..errors import UserError
 from ..space import Space
+from . import seeding
 from .plan_samplers import STRATEGIES, make_plan_sampler
 from .settings import StudySettings
 
@@ -24,29 +26,32 @@ def plan_defaults(settings: StudySettings) -> dict:
 
 
 def make_sampler(settings: StudySettings, space: Space, worker: int = 0) -> optuna.samplers.BaseSampler:
-    """worker: parallel workers get seed + worker, else they would all propose the same first configs.
-    fast/full/mixed take no seed: their plans run in a fixed order, shared by the workers through the study."""
-    name, seed = settings.sampler, settings.seed
+    """Optuna's samplers take the study's seed, and draw each trial's numbers from (seed, the trial's slot)
+    (tuner.search.seeding): parallel workers (`worker`, their index) propose different configs because their
+    trials are different trials, and all of them share one grid order. A study stores its seed when it is
+    created (search.study.create_or_resume); None here (a worker joining a study made before that) draws one
+    for this process. fast/full/mixed take no seed: their plans run in a fixed order, shared by the workers
+    through the study."""
+    name = settings.sampler
     if name in STRATEGIES:
         return make_plan_sampler(name, space.params, defaults=plan_defaults(settings))
-    if seed is not None:
-        seed += worker
+    seed = settings.seed if settings.seed is not None else seeding.new_seed()
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     if name == "tpe":
         # multivariate=None means False for several objectives (slow and blind to interactions);
         # group=True models the conditional sub-spaces of each precision route separately.
-        return optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed)
+        return seeding.TPESampler(multivariate=True, group=True, seed=seed)
     if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed)
+        return seeding.NSGAIISampler(seed=seed)
     if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
+        return seeding.RandomSampler(seed=seed)
     if name == "gp":
         try:
             import torch  # noqa: F401  (GPSampler needs it)
         except ImportError:
             raise UserError("--sampler gp needs PyTorch: pip install torch") from None
-        return optuna.samplers.GPSampler(seed=seed)
-    return optuna.samplers.GridSampler(grid_space(space), seed=seed)
+        return seeding.GPSampler(seed=seed)
+    return seeding.GridSampler(grid_space(space), seed=seed)
 
 
 def sampler_options(sampler) -> dict:
@@ -55,4 +60,6 @@ def sampler_options(sampler) -> dict:
     for k in ("_multivariate", "_group", "_n_startup_trials", "_constant_liar", "_population_size"):
         if hasattr(sampler, k):
             opts[k.lstrip("_")] = getattr(sampler, k)
+    if isinstance(sampler, seeding.PerTrialSeed):
+        opts["seeded"] = "per trial"  # a study made before exact resume has not this key
     return opts

@@ -11,6 +11,7 @@ from ..choices import Timing
 from ..errors import UserError
 from ..problem import Problem
 from .samplers import make_sampler, sampler_options
+from .seeding import new_seed
 from .settings import SETTINGS_ATTR, StudySettings
 
 # The objective values, in the order Objectives names them; under paired timing the first is a ratio.
@@ -69,8 +70,12 @@ def stored_settings(study: optuna.Study | None, load_user_metrics: bool = True) 
 def create_or_resume(name: str, storage, study: optuna.Study | None, settings: StudySettings,
                      problem: Problem) -> tuple[optuna.Study, StudySettings]:
     """Create the study (objective directions from the settings) or give the existing one a fresh
-    sampler; store the settings. Called once the problem has loaded, so bad input writes nothing."""
+    sampler; store the settings. Called once the problem has loaded, so bad input writes nothing.
+    A study without a seed (none given; or made before seeds were stored) gets one here, stored with its
+    settings: every later process seeds its sampler with it, trial by trial (tuner.search.seeding)."""
     n_objectives = len(settings.objectives.names)
+    if settings.seed is None:
+        settings = replace(settings, seed=new_seed())
     sampler = make_sampler(settings, problem.space)
     if study is None:
         try:
@@ -85,7 +90,7 @@ def create_or_resume(name: str, storage, study: optuna.Study | None, settings: S
     else:
         if len(study.directions) != n_objectives:
             raise UserError(f"study {name!r} has {len(study.directions)} objective(s); --objectives cannot change that")
-        study.sampler = sampler  # the sampler's state is not stored: made again from the stored settings
+        study.sampler = sampler  # made again from the stored settings: seeded per trial, it needs no other state
     settings = replace(settings, sampler_options=sampler_options(study.sampler))
     study.set_user_attr(SETTINGS_ATTR, settings.to_attrs())
     return study, settings

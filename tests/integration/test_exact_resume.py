@@ -1,0 +1,143 @@
+"""Exact resume (issue 31): a study stopped and resumed proposes, trial by trial, the configs of a study run
+straight through, given the same results. The tuner's own study code on a real SQLite study: create_or_resume
+(its sampler from make_sampler, its seed stored), recover_stale_trials, the baseline enqueued, and the
+Objective with the tuner's suggestion code (normalize over onnxruntime-cpu.yaml, per-layer booleans
+included) and its failure handling; only the evaluator is a fast deterministic stand-in for building and
+timing. The stopped study runs as three processes: one stopped by Ctrl-C at its 15th trial, one killed by
+SIGKILL at its 27th, one that finishes the 40."""
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+from types import SimpleNamespace
+
+import optuna
+import pytest
+
+from tuner.choices import Timing
+from tuner.isolate import TrialFailure
+from tuner.measure.requirement import Requirement
+from tuner.record import FAIL_REASON, RETRY_OF, TrialRecord
+from tuner.run.tune import recover_stale_trials
+from tuner.search.enqueue import enqueue_initial
+from tuner.search.objective import Objective
+from tuner.search.seeding import is_lost
+from tuner.search.settings import StudySettings
+from tuner.search.study import StudyContext, create_or_resume, load_existing, stored_settings
+from tuner.space import SPACES_DIR, load_space
+from tuner.storage import open_storage
+
+N_TRIALS = 40
+STOPS = {15: "ctrl-c", 27: "sigkill"}
+REQUIRE = "cos<=0.01"
+GRAPH = [("block0/attn/MatMul", "MatMul"), ("block1/ffn/MatMul", "MatMul"), ("head/Gemm", "Gemm")]
+MACHINE = {"cpu": "test", "cores": 2, "versions": {"onnxruntime": "test"}}
+
+
+def problem():
+    """What the objective reads of a problem: the space, the model's nodes, the requirement."""
+    return SimpleNamespace(space=load_space(os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml")), graph_nodes=GRAPH,
+                           requirement=Requirement.parse(REQUIRE))
+
+
+def effect(key: str, value) -> float:
+    return int(hashlib.sha256(f"{key}={value}".encode()).hexdigest()[:6], 16) / 0xFFFFFF
+
+
+class Evaluator:
+    """Builds nothing: a latency and an error from the config. fp16 without a block list "fails to build"
+    (a deterministic failure: the route is learnt, and later trials on it are pruned). stop_at: when the study
+    has this many trials behind it (a lost trial not counted), stop during the build as `how` says."""
+
+    def __init__(self, study: optuna.Study, stop_at: int | None = None, how: str | None = None):
+        self.study, self.stop_at, self.how = study, stop_at, how
+        self.lock_waits = SimpleNamespace(take=lambda: 0.0)  # tuner.jobs.Evaluator's: no wait for a timing lock here
+
+    def measure(self, config: dict, out_dir: str, band=None, give_up_above=None) -> TrialRecord:
+        behind = [t for t in self.study.get_trials(deepcopy=False) if t.state.is_finished() and not is_lost(t)]
+        if self.stop_at is not None and len(behind) >= self.stop_at:
+            if self.how == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise KeyboardInterrupt
+        if config.get("precision") == "fp16" and config.get("fp16_block_list") == "none":
+            raise TrialFailure("fp16 build failed", kind="error", phase="build")
+        latency = 10.0 - sum(effect(k, v) for k, v in sorted(config.items())) / 4
+        error = {"fp32": 0.0, "fp16": 0.002}.get(config.get("precision"), 0.02) * (1 - len(config.get("keep_float", [])) / 4)
+        metrics = {"cos": error}
+        violations = Requirement.parse(REQUIRE).violations(metrics)
+        return TrialRecord(config, {"median_ms": latency}, metrics, {}, violations, all(v <= 0 for v in violations.values()),
+                           build_s=0.0, engine_bytes=0, backend="test", timing="alone")
+
+
+def run_process(url: str, sampler: str, seed: int | None, stop_at: int | None, how: str | None) -> None:
+    """What a `tuner tune --study s --n-trials ...` process does with the study, its evaluator stood in for."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    prob = problem()
+    storage = open_storage(url)  # as tune opens it: WAL, synchronous=NORMAL
+    study = load_existing("s", storage)
+    settings = stored_settings(study) or StudySettings.from_attrs({"sampler": sampler, "seed": seed, "require": REQUIRE})
+    settings = replace(settings, machine=MACHINE, timing=Timing.ALONE, backend="onnxruntime")
+    study, settings = create_or_resume("s", storage, study, settings, prob)
+    ctx = StudyContext(study, settings, prob, url)
+    recover_stale_trials(study)
+    enqueue_initial(ctx, [])
+    engines = os.path.join(os.path.dirname(url.removeprefix("sqlite:///")), "engines")
+    objective = Objective(ctx, Evaluator(study, stop_at, how), engines_dir=engines)
+    while sum(1 for t in study.get_trials(deepcopy=False) if not is_lost(t)) < N_TRIALS:
+        study.optimize(objective, n_trials=1, catch=(TrialFailure,))
+
+
+def in_a_process(url: str, sampler: str, seed: int | None, stop_at: int | None = None, how: str | None = None) -> int:
+    """run_process in a process of its own; its exit status: 0, 130 (stopped by Ctrl-C) or -9 (SIGKILL)."""
+    proc = subprocess.run([sys.executable, __file__, url, sampler, str(seed), str(stop_at), str(how)],
+                          capture_output=True, text=True, timeout=300)
+    expected = {None: 0, "ctrl-c": 130, "sigkill": -signal.SIGKILL}[how]
+    assert proc.returncode == expected, proc.stderr[-3000:]
+    return proc.returncode
+
+
+def history(url: str) -> list[tuple]:
+    """Trial by trial (lost trials left out; a retry stands in their place): what was proposed and its result."""
+    trials = optuna.load_study(study_name="s", storage=url).trials
+    return [(t.params, t.state.name, t.values, t.user_attrs.get("config")) for t in trials if not is_lost(t)]
+
+
+@pytest.mark.parametrize("sampler, seed", [("tpe", None), ("random", 7), ("nsga2", 7)])
+def test_a_stopped_and_resumed_study_proposes_what_a_straight_run_does(tmp_path, sampler, seed):
+    stopped = f"sqlite:///{tmp_path}/stopped.db"
+    # stopped by Ctrl-C during its 15th trial, then killed by SIGKILL during its 27th, then run to the end
+    for stop_at, how in STOPS.items():
+        in_a_process(stopped, sampler, seed, stop_at, how)
+    in_a_process(stopped, sampler, seed)
+    study = optuna.load_study(study_name="s", storage=stopped)
+    stored_seed = study.user_attrs["tuner_settings"]["seed"]
+    assert stored_seed is not None and (seed is None or stored_seed == seed)  # drawn once at creation when not given
+    assert study.user_attrs["tuner_settings"]["sampler_options"]["seeded"] == "per trial"
+    lost = [t for t in study.trials if is_lost(t)]
+    assert [t.user_attrs[FAIL_REASON] for t in lost] == ["interrupted (Ctrl-C) during this trial",
+                                                         "the tuning process died during this trial"]
+    retry = next(t for t in study.trials if t.user_attrs.get(RETRY_OF) == lost[1].number)  # SIGKILL: its config queued again
+    assert retry.params == lost[1].params
+    # Ctrl-C: the config it stopped is not queued again, but the next trial takes its slot and proposes it anew
+    assert study.trials[lost[0].number + 1].params == lost[0].params
+
+    straight = f"sqlite:///{tmp_path}/straight.db"
+    in_a_process(straight, sampler, stored_seed)
+    got, want = history(stopped), history(straight)
+    assert len(got) == len(want) == N_TRIALS
+    for number, (a, b) in enumerate(zip(got, want)):
+        assert a == b, f"trial {number} differs"
+    assert len({str(p) for p, _, _, _ in want}) > N_TRIALS // 2  # a search, not one config over and over
+
+
+if __name__ == "__main__":
+    url, name, seed, stop_at, how = sys.argv[1:]
+    try:
+        run_process(url, name, None if seed == "None" else int(seed), None if stop_at == "None" else int(stop_at),
+                    None if how == "None" else how)
+    except KeyboardInterrupt:
+        sys.exit(130)  # as a shell reports a process ended by Ctrl-C

@@ -1,0 +1,197 @@
+"""Samplers seeded per trial (tuner.search.seeding): their random states, the slots of trials after lost ones,
+NSGA-II's generations across a kill, one grid order for all workers, workers not in lockstep, and the seed a
+study stores. The whole tuner path (Objective, real SIGKILL and Ctrl-C): tests/integration/test_exact_resume.py."""
+from __future__ import annotations
+
+import os
+import warnings
+from types import SimpleNamespace
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from plan_spaces import EFFECTS, conditional_params, space_of
+
+from tuner.configs import normalize, trial_chooser
+from tuner.record import FAIL_REASON, RETRY_OF
+from tuner.run.tune import recover_stale_trials
+from tuner.search import seeding
+from tuner.search.samplers import grid_space, make_sampler, sampler_options
+from tuner.search.settings import StudySettings
+from tuner.search.study import create_or_resume, load_existing, stored_settings
+from tuner.space import SPACES_DIR, load_space
+from tuner.storage import open_storage
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+SPACE = space_of(conditional_params())
+
+
+class Killed(BaseException):
+    """Ends the process's work in the middle of a trial as SIGKILL does: Optuna leaves the trial RUNNING."""
+
+
+def objective(stop_at: int | None = None):
+    """Two objectives over the tuner's suggestion code (normalize over a conditional space); a death
+    (Killed) when the study has stop_at trials behind it."""
+
+    def run(trial: optuna.Trial):
+        config = normalize(SPACE, trial_chooser(trial), graph_nodes=[])
+        behind = [t for t in trial.study.get_trials(deepcopy=False) if t.state.is_finished() and not seeding.is_lost(t)]
+        if stop_at is not None and len(behind) >= stop_at:
+            raise Killed
+        latency = 10.0 + sum(EFFECTS.get((k, v), 0.0) for k, v in config.items()) + config["e"] ** 2
+        return latency, (1.0 - config["e"]) * (2.0 if config["a"] == "y" else 1.0)
+
+    return run
+
+
+def run(url: str, sampler_of, n: int, stop_at: int | None = None) -> None:
+    """One process: a new sampler on the stored study, stale trials retried (as `tuner tune` does), then
+    trials up to n (lost ones not counted), or until Killed."""
+    storage = open_storage(url)  # as the tuner opens it: WAL, synchronous=NORMAL
+    try:
+        study = optuna.load_study(study_name="s", storage=storage, sampler=sampler_of())
+    except KeyError:
+        study = optuna.create_study(study_name="s", storage=storage, sampler=sampler_of(), directions=["minimize"] * 2)
+    recover_stale_trials(study)
+    try:
+        while sum(1 for t in study.get_trials(deepcopy=False) if not seeding.is_lost(t)) < n:
+            study.optimize(objective(stop_at), n_trials=1)
+    except Killed:
+        pass
+
+
+def kept(url: str) -> list[tuple]:
+    trials = optuna.load_study(study_name="s", storage=url).trials
+    return [(t.params, t.values, t.system_attrs.get("NSGAIISampler:generation")) for t in trials if not seeding.is_lost(t)]
+
+
+def test_every_random_state_of_each_sampler_is_found():
+    def paths(s):
+        return set(seeding.random_states(s))
+    assert paths(seeding.TPESampler(multivariate=True, group=True, seed=1)) == {"_rng", "_random_sampler._rng"}
+    nsga2 = seeding.NSGAIISampler(seed=1)
+    assert paths(nsga2) == {"_rng", "_random_sampler._rng"}
+    assert nsga2._child_generation_strategy._rng is nsga2._rng  # shared: seeded once
+    assert paths(seeding.RandomSampler(seed=1)) == {"_rng"}
+    assert paths(seeding.GridSampler({"a": [1, 2]}, seed=1)) == {"_rng"}
+    assert paths(seeding.GPSampler(seed=1)) == {"_rng", "_independent_sampler._rng"}
+
+
+def test_the_trial_after_a_lost_one_takes_its_slot(tmp_path):
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path}/s.db"))
+    reasons = [None, "interrupted (Ctrl-C) during this trial", "build failed", None,
+               "the tuning process died during this trial", "terminated (SIGTERM) during this trial", None,
+               ""]  # 7: failed by a database server's heartbeat (no reason), retried by Optuna in trial 8
+    for reason in reasons:
+        trial = study.ask()
+        if reason is None:
+            study.tell(trial, 1.0)
+        else:
+            trial.set_user_attr(FAIL_REASON, reason)
+            study.tell(trial, state=TrialState.FAIL)
+    retry = study.ask()
+    study._storage.set_trial_system_attr(retry._trial_id, "failed_trial", 7)  # RetryHeartbeatStaleTrialCallback's
+    study.tell(retry, 1.0)
+    study.tell(study.ask(), 1.0)
+    trials = study.trials
+    assert [seeding.is_lost(t) for t in trials] == [False, True, False, False, True, True, False, False, False, False]
+    # a failed build counts (its config had its result); a stop, a death, a retried failure do not
+    assert [seeding.trial_slot(study, t) for t in trials] == [0, 1, 1, 2, 3, 3, 3, 4, 4, 5]
+
+
+def test_nsga2_generations_resume_exactly_across_kills(tmp_path):
+    """A small population, so that the 30 trials go through five generations (crossover, mutation, the
+    parent populations cached in the study): killed at 9 and 20 (the configs in flight retried), resumed
+    with new samplers, it equals a run straight through, generation numbers included."""
+
+    def sampler():
+        return seeding.NSGAIISampler(seed=3, population_size=6)
+
+    straight, stopped = f"sqlite:///{tmp_path}/straight.db", f"sqlite:///{tmp_path}/stopped.db"
+    run(straight, sampler, 30)
+    for stop_at in (9, 20):
+        run(stopped, sampler, 30, stop_at)
+    run(stopped, sampler, 30)
+    trials = optuna.load_study(study_name="s", storage=stopped).trials
+    retries = [t for t in trials if RETRY_OF in t.user_attrs]
+    assert [t.user_attrs[RETRY_OF] for t in retries] == [9, 21] and all(t.state == TrialState.COMPLETE for t in retries)
+    assert kept(stopped) == kept(straight)
+    assert max(g for _, _, g in kept(straight)) >= 4
+
+
+def test_reseeding_is_what_makes_the_resume_exact(tmp_path):
+    """The same run with Optuna's own NSGAIISampler (one seed, states that advance) differs after the kill."""
+    straight, stopped = f"sqlite:///{tmp_path}/straight.db", f"sqlite:///{tmp_path}/stopped.db"
+
+    def sampler():
+        return optuna.samplers.NSGAIISampler(seed=3, population_size=6)
+
+    run(straight, sampler, 16)
+    run(stopped, sampler, 16, stop_at=9)
+    run(stopped, sampler, 16)
+    got, want = kept(stopped), kept(straight)
+    assert got[:9] == want[:9] and got != want
+
+
+def test_workers_share_one_grid_order(tmp_path):
+    """Two workers' grid samplers on one study (made as join_study makes them): each point once. With
+    seed + worker, as before, their shuffles differed and a stored grid id meant another point to each."""
+    space = space_of([p for p in conditional_params() if p.name in ("a", "d", "e")])  # 3 x 2 x 3 points
+    settings = StudySettings.from_attrs({"sampler": "grid", "seed": 5})
+    workers = [make_sampler(settings, space, worker=i) for i in range(2)]
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path}/s.db"), sampler=workers[0])
+    for i in range(18):
+        study.sampler = workers[i % 2]
+        study.optimize(lambda t: normalize(space, trial_chooser(t, set(grid_space(space))), [])["e"], n_trials=1)
+    assert len({str(sorted(t.params.items())) for t in study.trials}) == 18
+    assert workers[0].is_exhausted(study) and workers[1].is_exhausted(study)
+
+
+def test_workers_do_not_propose_in_lockstep(tmp_path):
+    """Two workers with one seed: their trials have different numbers, so different draws."""
+    settings = StudySettings.from_attrs({"sampler": "tpe", "seed": 5})
+    workers = [make_sampler(settings, SPACE, worker=i) for i in range(2)]
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path}/s.db"), sampler=workers[0],
+                                directions=["minimize"] * 2)
+    for _ in range(6):  # both ask before either tells, as parallel workers do
+        asked = []
+        for sampler in workers:
+            study.sampler = sampler
+            trial = study.ask()
+            asked.append((trial, normalize(SPACE, trial_chooser(trial), [])))
+        assert asked[0][1] != asked[1][1]
+        for trial, config in asked:
+            study.tell(trial, [config["e"], 1.0 - config["e"]])
+
+
+def test_a_study_stores_its_seed_once(tmp_path):
+    """Without --seed, create_or_resume draws one and stores it; a resume keeps it (sampler_options says how
+    the sampler is seeded)."""
+    storage = open_storage(f"sqlite:///{tmp_path}/s.db")
+    problem = SimpleNamespace(space=load_space(os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")))
+    study, settings = create_or_resume("s", storage, None, StudySettings.from_attrs({"sampler": "tpe"}), problem)
+    seed = settings.seed
+    assert isinstance(seed, int) and study.sampler.study_seed == seed
+    assert sampler_options(study.sampler) == {"class": "TPESampler", "multivariate": True, "group": True,
+                                              "n_startup_trials": 10, "constant_liar": True, "seeded": "per trial"}
+    again = load_existing("s", storage)
+    resumed, settings = create_or_resume("s", storage, again, stored_settings(again), problem)
+    assert settings.seed == seed and resumed.sampler.study_seed == seed
+    assert resumed.user_attrs["tuner_settings"]["seed"] == seed
+
+
+def test_gp_resumes_exactly(tmp_path):
+    """The GP sampler's kernel fit starts from the defaults in each trial (Optuna's warm start from the
+    process's previous fit is dropped), so a resumed process fits what a straight run fits."""
+    pytest.importorskip("torch")
+
+    def sampler():
+        return seeding.GPSampler(seed=3, n_startup_trials=3)
+
+    straight, stopped = f"sqlite:///{tmp_path}/straight.db", f"sqlite:///{tmp_path}/stopped.db"
+    run(straight, sampler, 7)
+    run(stopped, sampler, 7, stop_at=5)
+    run(stopped, sampler, 7)
+    assert kept(stopped) == kept(straight)

@@ -1,0 +1,147 @@
+"""Exact resume: Optuna's samplers, seeded per trial, so that a study stopped and resumed (Ctrl-C, SIGTERM,
+SIGKILL, a reboot) proposes the configs a study run straight through proposes, given the same results.
+
+Optuna's samplers draw from random states that advance with every call and live only in the process; a
+resumed process started them again from the seed, so it proposed other configs than an uninterrupted run
+did. Here, before each trial, every random state of the sampler is seeded again from the study's seed and
+the trial's slot: what the sampler proposes then depends on the stored trials, the seed and the slot only.
+The rest of what these samplers keep lives in the study's storage (TPE's constant-liar params, NSGA-II's
+generations and parent populations) or is dropped before each trial (the GP sampler's warm start of its
+kernel fit).
+
+A trial's slot is its number less the trials before it that a stop or a death ended ("lost" trials): the
+trial after a lost one takes its slot, and, the lost trial being invisible to the samplers (they read
+complete and pruned trials), proposes its config again; a config that a killed process left running comes
+back as an enqueued retry (tuner.run.tune.recover_stale_trials) and takes its slot the same way. Parallel
+workers need no seed of their own: their trials have distinct numbers, hence distinct slots.
+"""
+from __future__ import annotations
+
+import secrets
+import zlib
+
+import numpy as np
+import optuna
+from optuna.samplers._lazy_random_state import LazyRandomState
+from optuna.trial import FrozenTrial, TrialState
+
+from ..record import FAIL_REASON, RETRY_OF
+
+# The end of the fail reason of a trial that a stop (Ctrl-C, SIGTERM: search.objective.Objective) or the
+# death of its process (SIGKILL, a reboot: run.tune.recover_stale_trials) ended, not its config.
+LOST = "during this trial"
+SEED_RANGE = 2**32  # numpy's RandomState takes seeds in [0, 2**32)
+
+
+def new_seed() -> int:
+    """A study's seed where the user gave none: drawn once, at its creation, and stored in its settings."""
+    return secrets.randbelow(2**31)
+
+
+def is_lost(trial: FrozenTrial) -> bool:
+    """A trial that a stop or a death ended, before its config had a result (by its fail reason)."""
+    return trial.state == TrialState.FAIL and str(trial.user_attrs.get(FAIL_REASON) or "").endswith(LOST)
+
+
+def retry_of(trial: FrozenTrial) -> int | None:
+    """The number of the trial this one retries: the tuner's retry of a config a killed process left running,
+    or Optuna's (a database server's heartbeat failed the trial of a dead worker, with no reason stored)."""
+    number = trial.user_attrs.get(RETRY_OF)
+    # what RetryHeartbeatStaleTrialCallback.retried_trial_number reads (experimental: a warning per call)
+    return number if number is not None else trial.system_attrs.get("failed_trial")
+
+
+def trial_slot(study: optuna.Study, trial: FrozenTrial) -> int:
+    """The trial's number less the lost trials before it (a retried failure counts as lost): the index a
+    run straight through gives it."""
+    trials = study.get_trials(deepcopy=False)
+    retried = {retry_of(t) for t in trials}
+    return trial.number - sum(1 for t in trials if t.number < trial.number and t.state == TrialState.FAIL
+                              and (is_lost(t) or t.number in retried))
+
+
+def random_states(sampler: optuna.samplers.BaseSampler) -> dict[str, LazyRandomState]:
+    """Every random state of the sampler (its own, its fallback sampler's, its strategies'), by attribute
+    path, each once (NSGA-II's child generation strategy shares the sampler's)."""
+    found: dict[str, LazyRandomState] = {}
+    seen: set[int] = set()
+
+    def walk(obj, path: str, depth: int) -> None:
+        if id(obj) in seen or depth > 4:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, LazyRandomState):
+            found[path] = obj
+            return
+        if isinstance(obj, dict):
+            items = obj.items()
+        elif isinstance(obj, (list, tuple)):
+            items = enumerate(obj)
+        elif depth == 0 or type(obj).__module__.startswith("optuna."):
+            items = getattr(obj, "__dict__", {}).items()
+        else:
+            return
+        for key, value in list(items):
+            walk(value, f"{path}.{key}" if path else str(key), depth + 1)
+
+    walk(sampler, "", 0)
+    return found
+
+
+def reseed(sampler: optuna.samplers.BaseSampler, seed: int, slot: int) -> None:
+    """Seed each random state of the sampler from (seed, slot, its path): the same trial slot draws the
+    same numbers in any process, and no two states of one trial draw the same."""
+    for path, state in random_states(sampler).items():
+        entropy = np.random.SeedSequence([seed % SEED_RANGE, slot, zlib.crc32(path.encode())])
+        state.rng.seed(entropy.generate_state(4))
+
+
+class PerTrialSeed:
+    """Mixin for an Optuna sampler: before each trial, its random states seeded from (seed, the trial's slot)."""
+
+    def __init__(self, *args, seed: int, **kwargs):
+        super().__init__(*args, seed=seed % SEED_RANGE, **kwargs)
+        self.study_seed = seed % SEED_RANGE
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        reseed(self, self.study_seed, trial_slot(study, trial))
+        super().before_trial(study, trial)
+
+
+# Optuna's names, kept: the study records the class name (samplers.sampler_options), and NSGA-II names the
+# generation it stores in each trial after its class ("NSGAIISampler:generation"): a resumed older study
+# keeps its generations.
+class TPESampler(PerTrialSeed, optuna.samplers.TPESampler):
+    pass
+
+
+class RandomSampler(PerTrialSeed, optuna.samplers.RandomSampler):
+    pass
+
+
+class GridSampler(PerTrialSeed, optuna.samplers.GridSampler):
+    """The grid's order (its shuffle by the seed) is the same in every process, workers included: a grid
+    point's id in the storage means the same point to all of them."""
+
+
+class NSGAIISampler(PerTrialSeed, optuna.samplers.NSGAIISampler):
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        """A retry of a config that a killed process left running (enqueued: NSGA-II samples nothing for it,
+        so would give it no generation) counts in the generation of the trial it retries, as that trial
+        would have in a run straight through."""
+        super().before_trial(study, trial)
+        key, retried = self._get_generation_key(), retry_of(trial)
+        if retried is not None and key not in trial.system_attrs:
+            original = study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(
+                study._study_id, retried))
+            if key in original.system_attrs:
+                study._storage.set_trial_system_attr(trial._trial_id, key, original.system_attrs[key])
+
+
+class GPSampler(PerTrialSeed, optuna.samplers.GPSampler):
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        """Its kernel fit starts from the defaults in every trial, not from the process's previous fit (which
+        a resumed process does not have)."""
+        self._gprs_cache_list = None
+        self._constraints_gprs_cache_list = None
+        super().before_trial(study, trial)
