@@ -20,8 +20,8 @@ import test_postgres as pg  # the PostgreSQL tests' server fixture and helpers
 from optuna.trial import TrialState
 
 from tuner.errors import UserError
-from tuner.run.claims import ClaimLock, budget_counts
 from tuner.proxy_client import ProxyClaimLock
+from tuner.run.claims import ClaimLock, budget_counts
 
 pg_url, work = pg.pg_url, pg.work  # their fixtures, used here under the same names
 
