@@ -85,6 +85,10 @@ def _add_problem_args(p: argparse.ArgumentParser, model_optional: bool = False) 
     p.add_argument("--data", help=".npz with one array per input, leading axis = batches (default: synthetic inputs, "
                                   "floats standard normal, integers from --int-range)")
     p.add_argument("--calib-data", help=".npz of calibration batches (default: the first validation batches)")
+    p.add_argument("--ref-outputs", metavar="FILE.npz",
+                   help="the reference outputs of --data's batches from the training framework (trtexec "
+                        "--loadRefOutputs, Polygraphy's saved outputs): one array per model output, leading axis = "
+                        "batches; errors are measured against them (default: ONNX Runtime's fp32 outputs; needs --data)")
     p.add_argument("--shape", action="append", metavar="NAME=DIMS",
                    help="shape of a dynamic input, e.g. input_ids=8x128 (repeatable; default: the model's static shapes)")
     p.add_argument("--int-range", action="append", metavar="NAME=LOW:HIGH",
@@ -259,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run="cmd_report")
     add_routes_parser(sub)  # provided by the TensorRT backend
     _add_cluster_parsers(sub)
+    _add_inspect_parsers(sub)
     return ap
 
 
@@ -294,6 +299,30 @@ def _add_cluster_parsers(sub) -> None:
                    help="address to listen on (default 127.0.0.1: this host only; 0.0.0.0 serves workers on other hosts)")
     p.add_argument("--port", type=int, default=13000, help="port to listen on (default 13000; 0: any free port)")
     p.set_defaults(run="cmd_proxy")
+
+
+def _add_inspect_parsers(sub) -> None:
+    """Read-only looks into a study (their work is in commands_inspect.py)."""
+    p = sub.add_parser("trials", help="one row per trial: state, speedup, ms, error, feasible, route, backend, float "
+                                      "layers, fail reason (read-only; Optuna's trials_dataframe with --csv)")
+    _add_study_args(p)
+    p.add_argument("--sort", choices=("number", "speed", "error"), default="number",
+                   help="row order: number (default), speed (fastest first) or error (smallest first); trials "
+                        "without a measurement last")
+    p.add_argument("--csv", metavar="FILE",
+                   help="also write every column to FILE: Optuna's trials_dataframe columns, then the tuner's "
+                        "(default: none)")
+    p.set_defaults(run="tuner.commands_inspect:cmd_trials")
+    p = sub.add_parser("profile", help="per-node time shares of the winner against the baseline, from the backend's "
+                                       "profiler (both built and run again here, in a child process)")
+    _add_study_args(p)
+    p.add_argument("--trial", type=_non_negative_int, metavar="N",
+                   help="profile trial N instead of the winner (default: the winner, else the best feasible trial)")
+    p.add_argument("--by", choices=("node", "op"), default="node",
+                   help="rows per model node (default) or per op type")
+    p.add_argument("--limit", type=_positive_int, default=20,
+                   help="rows, by the baseline's time (default 20; the rest is summed in one row)")
+    p.set_defaults(run="tuner.commands_inspect:cmd_profile")
 
 
 def _terminate(signum, frame) -> None:

@@ -84,7 +84,8 @@ def cmd_space(args) -> int:
 
 def cmd_evaluate(args) -> int:
     check_output_dir(args.out, "--out")
-    problem = load_problem(args.model, args.space, args.data, args.calib_data, args.shape, args.int_range, args.require)
+    problem = load_problem(args.model, args.space, args.data, args.calib_data, args.shape, args.int_range, args.require,
+                           ref_outputs=args.ref_outputs)
     config = config_from_sets(problem, args.set)
     print_notes(problem.notes)
     made_out = not os.path.exists(args.out)
@@ -118,7 +119,7 @@ def _tune_options(args) -> TuneOptions:
     return TuneOptions(
         study=args.study, model=args.model, storage=args.storage, space=args.space, data=args.data,
         calib_data=args.calib_data, shapes=args.shape, int_ranges=args.int_range, require=args.require,
-        allow_metrics=args.allow_metric or [],
+        allow_metrics=args.allow_metric or [], ref_outputs=args.ref_outputs,
         objectives=args.objectives, sampler=args.sampler, seed=args.seed, n_trials=args.n_trials, max_trials=args.max_trials,
         timeout=args.timeout, enqueue=args.enqueue or [], force=args.force, trial_timeout=args.trial_timeout, jobs=args.jobs,
         jobs_over_cores=args.jobs_over_cores, artifacts=args.artifacts,
@@ -266,7 +267,8 @@ def _sensitivity_variant(problem, route: dict, override, values: dict, evaluator
 
 
 def cmd_sensitivity(args) -> int:
-    problem = load_problem(args.model, args.space, args.data, args.calib_data, args.shape, args.int_range, args.require)
+    problem = load_problem(args.model, args.space, args.data, args.calib_data, args.shape, args.int_range, args.require,
+                           ref_outputs=args.ref_outputs)
     values = parse_set(args.set, problem.space)
     route = route_config(problem, args.route, args.backend, values)
     override = quantizing_override(problem, route["precision"], route.get("backend"))

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from . import cache
-from .backends.base import Backend, BuildContext, Engine, get_backend
+from .backends.base import Backend, BuildContext, Engine, engine_precision, get_backend
 from .locks import WAITING_FOR_LOCK, default_lock_path, device_lock
 from .measure.accuracy import compute_metrics, load_user_metric
 from .measure.guard import BaselineBand, guard_record
@@ -23,6 +23,7 @@ from .measure.load import LoadMeter, wait_until_quiet
 from .measure.paired import SLOW_RUN, Clock, measure_paired, stopped_at
 from .problem import Problem
 from .record import TrialRecord
+from .ref_outputs import check_against_engine
 from .reference import reference_outputs
 
 Phase = Callable[[str], None]
@@ -78,6 +79,8 @@ def accuracy_within(problem: Problem, engine: Engine, limit_ms: float | None,
                 slow_ms = took
                 break
     refs = ensure_reference(problem)[:len(outputs)]
+    if problem.spec.ref_outputs and outputs:
+        check_against_engine(outputs[0], refs[0], problem.spec.ref_outputs)
     metrics, per_output = compute_metrics(outputs, refs)
     for spec in problem.requirement.user_metrics():
         metrics[spec] = float(load_user_metric(spec)(outputs, refs, problem.batches[:len(outputs)]))
@@ -125,6 +128,7 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
             timed = _timed(problem, engine, base_engine, backend, protocol, on_phase, when_busy, band,
                            give_up_above, wait_quiet, study)
             latency, base_latency, relative, meter, window, retimed = timed
+        precision = engine_precision(engine)  # asked after the timing: a runtime's answer may cost a little
     finally:
         engine.close()
         if base_engine is not None:
@@ -141,7 +145,8 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
         engine_dir=os.path.abspath(out_dir), timing_window=list(window) if window else None,
         timing="paired" if relative is not None else "alone", relative=relative.to_dict() if relative else None,
         baseline_latency=base_latency.to_dict() if base_latency else None, load=meter.load.to_dict(),
-        baseline_guard=guard_record(band, base_latency.median_ms, retimed) if base_latency else None)
+        baseline_guard=guard_record(band, base_latency.median_ms, retimed) if base_latency else None,
+        precision=precision or None)
 
 
 def _timed(problem: Problem, engine: Engine, base_engine: Engine | None, backend: Backend,

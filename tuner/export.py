@@ -16,6 +16,7 @@ from .errors import UserError
 from .export_files import check_out_dir, install, staging_dir
 from .jobs import Evaluator
 from .problem import Problem
+from .report.as_run import precision_text, vs_defaults_text
 from .winner import BEST_EFFORT_ATTR, WINNER_ATTR
 
 
@@ -76,6 +77,7 @@ def _export_report(study: optuna.Study, problem: Problem, chosen: dict, kind: st
     metrics, per_output = built["metrics"], built["per_output"]
     stored = chosen.get("confirmed_metrics") or chosen.get("metrics") or {}
     primary = problem.requirement.primary_metric
+    precision = built.get("precision") or chosen.get("precision")
     report = {
         "kind": kind,
         "study": study.study_name,
@@ -94,6 +96,13 @@ def _export_report(study: optuna.Study, problem: Problem, chosen: dict, kind: st
         "latency": chosen.get("confirmed_latency") or chosen.get("latency"),
         "baseline_latency": chosen.get("baseline_latency"),
         "speedup_vs_baseline": chosen.get("speedup"),
+        # what the exported engine computes in, as its runtime says (OpenVINO: bf16 where the CPU has BF16)
+        "precision_as_run": precision,
+        "precision_text": precision_text(chosen["config"], precision),
+        # the winner over each installed runtime's defaults, timed side by side in the same selection
+        "vs_defaults": chosen.get("vs_defaults"),
+        "vs_defaults_text": vs_defaults_text(chosen) or None,
+        "runtime_defaults": chosen.get("defaults"),
         "engine_tuner": __version__,
     }
     return report

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from . import cache
-from .backends.base import Engine, get_backend
+from .backends.base import Engine, engine_precision, get_backend
 from .evaluate import Phase, backend_of, build, check_accuracy, measure, no_phase
 from .isolate import IsolatedRunner
 from .locks import TimingLockWaits, default_lock_path, device_lock
@@ -21,6 +21,7 @@ from .measure.latency import LatencyProtocol, measure_latency
 from .measure.load import LoadMeter
 from .measure.paired import measure_paired, relative_to, time_blocks
 from .problem import Problem, ProblemSpec
+from .profiling import engine_node_times
 from .record import TrialRecord
 
 _LOADED: dict[str, Problem] = {}  # a persistent child keeps its problem (model, data, reference) loaded
@@ -95,6 +96,26 @@ def node_times_job(spec: dict, cache_dir: str, backend: str, on_phase: Phase = n
         return get_backend(backend).node_times(problem.model, problem.batches[:1], work)
 
 
+def profile_job(spec: dict, cache_dir: str, configs: list[dict], on_phase: Phase = no_phase,
+                study: str = "") -> list[list[dict]]:
+    """Each config built and run under its backend's profiler, holding the device's timing lock: per config,
+    its runtime nodes' median times (tuner.profiling.engine_node_times). `tuner profile`."""
+
+    problem = loaded_problem(spec, cache_dir)
+    out = []
+    with tempfile.TemporaryDirectory(prefix="tuner-profile-") as work:
+        for i, config in enumerate(configs):
+            engine, backend, _ = build(problem, config, os.path.join(work, str(i)), on_phase, study=study)
+            try:
+                on_phase("profiling")
+                with device_lock(default_lock_path(backend.device)):
+                    out.append(engine_node_times(backend.name, engine, problem.batches[0],
+                                                 os.path.join(work, f"profile-{i}")))
+            finally:
+                engine.close()
+    return out
+
+
 def confirm_job(spec: dict, cache_dir: str, configs: list[dict], baseline: int, rounds: int,
                 on_phase: Phase = no_phase, study: str = "", save_dir: str | None = None) -> dict:
     """Rebuild every config, check its accuracy again and time them all side by side in blocks with
@@ -127,6 +148,8 @@ def confirm_job(spec: dict, cache_dir: str, configs: list[dict], baseline: int, 
             with device_lock(default_lock_path(sorted(devices)[0])), LoadMeter() as meter:
                 samples, converged, _ = time_blocks([e.timed_call(problem.batches[0]) for e in engines],
                                                  LatencyProtocol(max_seconds=60.0), baseline=base_at, max_rounds=rounds)
+            for r, e in zip(built, engines):  # what each engine timed computes in, asked after the timing
+                r["precision"] = engine_precision(e)
             if save_dir is not None:
                 on_phase("saving the engines timed")
                 _save_timed(engines, [i for i, r in enumerate(results) if "error" not in r], results, save_dir)
@@ -155,8 +178,9 @@ def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase:
     with _checked_engine(problem, config, on_phase, study) as (engine, backend, metrics, per_output):
         on_phase("saving")
         path = engine.save(out_dir)
+        precision = engine_precision(engine)
     return {"metrics": metrics, "per_output": per_output, "engine": path, "backend": backend.name,
-            "usage": backend.usage(out_dir)}
+            "usage": backend.usage(out_dir), "precision": precision}
 
 
 def load_job(spec: dict, cache_dir: str, config: dict, engine_dir: str, main: str | None = None,
@@ -170,10 +194,11 @@ def load_job(spec: dict, cache_dir: str, config: dict, engine_dir: str, main: st
     try:
         on_phase("accuracy check")
         metrics, per_output = check_accuracy(problem, engine)
+        precision = engine_precision(engine)
     finally:
         engine.close()
     return {"metrics": metrics, "per_output": per_output, "engine": os.path.join(engine_dir, main or ""),
-            "backend": backend.name, "usage": backend.usage(engine_dir)}
+            "backend": backend.name, "usage": backend.usage(engine_dir), "precision": precision}
 
 
 def verify_job(spec: dict, cache_dir: str, config: dict, baseline: dict, engine_dir: str | None, backend: str | None,
@@ -241,6 +266,10 @@ class Evaluator:
 
     def node_times(self, backend: str) -> dict[str, float]:
         return self._call(node_times_job, backend=backend)
+
+    def profile(self, configs: list[dict]) -> list[list[dict]]:
+        """Per-node times of each config's engine from its backend's profiler (tuner.profiling)."""
+        return self._call(profile_job, configs=configs)
 
     def confirm(self, configs: list[dict], baseline: int, rounds: int = 30, save_dir: str | None = None) -> dict:
         return self._call(confirm_job, configs=configs, baseline=baseline, rounds=rounds, save_dir=save_dir)

@@ -238,3 +238,33 @@ def constants_to_initializers(model: onnx.ModelProto) -> int:
         del model.graph.node[:]
         model.graph.node.extend(keep)
     return moved
+
+
+# The ops whose time a runtime's fused node carries first, when it holds several model nodes.
+HEAVY_OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose")
+
+
+def consumers_of(proto: onnx.ModelProto) -> dict[str, list[str]]:
+    """Model node name -> the names of the nodes that read its outputs (the main graph)."""
+    producers = {o: n.name for n in proto.graph.node for o in n.output}
+    out: dict[str, list[str]] = {}
+    for n in proto.graph.node:
+        for i in n.input:
+            if i in producers:
+                out.setdefault(producers[i], []).append(n.name)
+    return out
+
+
+def owning_consumer(name: str, consumers: dict[str, list[str]], owner: dict[str, object]) -> str | None:
+    """The first node downstream of `name` (breadth first) that `owner` knows: where a runtime put a node it
+    fused away and named after no model node (OpenVINO's fp32 FullyConnected is named after the bias Add)."""
+    todo, seen = list(consumers.get(name, [])), set()
+    while todo:
+        c = todo.pop(0)
+        if c in seen:
+            continue
+        seen.add(c)
+        if c in owner:
+            return c
+        todo.extend(consumers.get(c, []))
+    return None

@@ -21,10 +21,12 @@ from .model import (
     check_shapes_match_data,
     input_specs,
     load_model,
+    output_specs,
     parse_shape_profile,
     resolve_shapes,
 )
 from .model import model_hash as hash_model
+from .ref_outputs import load_ref_outputs
 from .space import BACKEND, Space, load_space
 from .space_backends import check_backends
 
@@ -45,6 +47,8 @@ class ProblemSpec:
     # The model's hash as the process that validated it computed it: a child process given a loaded
     # problem's spec trusts it, and skips the ONNX checker and hashing the model again (None: validate).
     model_hash: str | None = None
+    # Reference outputs from the training framework (.npz), compared to instead of ONNX Runtime's fp32 run.
+    ref_outputs: str | None = None
 
     def load(self, requirement: Requirement | None = None) -> Problem:
         """Load and validate; requirement: `require` already parsed (by the study's settings)."""
@@ -92,14 +96,18 @@ class Problem:
 def load_problem(model_path: str, space_path: str | None = None, data: str | None = None, calib_data: str | None = None,
                  shapes: list[str] | None = None, int_ranges: list[str] | None = None, require: Any = None,
                  n_batches: int = 4, n_calib: int = 4, model_hash: str | None = None,
-                 requirement: Requirement | None = None) -> Problem:
-    """model_hash: trusted (ProblemSpec.model_hash); requirement: `require` already parsed."""
+                 requirement: Requirement | None = None, ref_outputs: str | None = None) -> Problem:
+    """model_hash: trusted (ProblemSpec.model_hash); requirement: `require` already parsed; ref_outputs: an
+    .npz of the reference outputs of --data's batches (tuner.ref_outputs), else ONNX Runtime's fp32 run's."""
     requirement = Requirement.parse(require) if requirement is None else requirement
     space, notes = check_backends(load_space(space_path))
     proto = load_model(model_path, check=model_hash is None)
     model_hash = model_hash or hash_model(model_path)
     spec = ProblemSpec(model_path, space_path, data, calib_data, shapes, int_ranges, str(requirement) or None,
-                       n_batches, n_calib, model_hash)
+                       n_batches, n_calib, model_hash, ref_outputs)
+    if ref_outputs and not data:
+        raise UserError(f"--ref-outputs {ref_outputs}: needs --data, the inputs the reference outputs were computed "
+                        "from (synthetic inputs have no outputs from the training framework)")
     specs = input_specs(proto)
     profile = parse_shape_profile(shapes)
     ranges = data_mod.check_int_ranges(data_mod.parse_int_ranges(int_ranges), specs)
@@ -112,9 +120,13 @@ def load_problem(model_path: str, space_path: str | None = None, data: str | Non
         batches = data_mod.synthetic_batches(specs, concrete, n_batches, ranges)
     calib = data_mod.load_npz_batches(calib_data, specs) if calib_data else batches[:n_calib]
     data_hash = data_mod.batches_hash(batches) + data_mod.batches_hash(calib)[:8]
+    refs = None
+    if ref_outputs:  # the reference is part of the data: a changed file is other data (search.settings.check_data)
+        refs = load_ref_outputs(ref_outputs, output_specs(proto), specs, concrete, len(batches))
+        data_hash += "-r" + data_mod.batches_hash(refs)[:8]
     notes += problem_notes(requirement, data, specs, ranges)
     return Problem(spec, ModelFile(model_path, proto, model_hash), space, batches, calib, data_hash,
-                   requirement, concrete, notes)
+                   requirement, concrete, notes, refs)
 
 
 def problem_notes(requirement: Requirement, data: str | None, specs: list[TensorSpec],

@@ -40,6 +40,9 @@ class TrialRecord:
     baseline_latency: dict[str, Any] | None = None  # paired: the baseline's LatencyStats in the same window
     load: dict[str, Any] | None = None  # Load.to_dict(): other processes' CPU during the timing window
     baseline_guard: dict[str, Any] | None = None  # measure.guard.guard_record: the baseline window against its band
+    # what the engine computes in, as its runtime reports it (tuner.backends.base.engine_precision):
+    # {"inference": "bf16", "source": ..., "quantized_nodes": 23, "float_nodes": 1, "quantized": ["int8"]}
+    precision: dict[str, Any] | None = None
 
     @property
     def disturbed(self) -> bool:

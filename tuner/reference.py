@@ -1,5 +1,7 @@
 """The fp32 reference outputs every candidate is compared to: ONNX Runtime on the CPU with every graph
-optimization off, whatever the backend being tuned. Cached by model hash + data hash."""
+optimization off, whatever the backend being tuned. Cached by model hash + data hash. A problem given
+--ref-outputs (the training framework's outputs, tuner.ref_outputs) has its reference loaded with it and never
+runs this; its data hash holds the file's hash, so the two never share a cache entry."""
 from __future__ import annotations
 
 import numpy as np

@@ -25,11 +25,13 @@ from .artifacts import (
     upload_engine,
     upload_kept_engines,
 )
+from .configs import defaults_chooser, normalize
 from .jobs import Evaluator
 from .problem import Problem
 from .record import BUILD_KEY, CONFIG
+from .search.settings import SETTINGS_ATTR, readable_settings
 from .search.trials import baseline_trial, closest_candidate, is_feasible, is_trusted, speed_key
-from .space import Space
+from .space import BACKEND, Space
 
 WINNER_ATTR = "winner"
 BEST_EFFORT_ATTR = "best_effort"
@@ -75,16 +77,26 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
         _drop_earlier(study, store, keep_all)
         return None
     # The baseline always runs in the comparison: it gives the speedup, and, being feasible in
-    # nearly every study, it guarantees the winner is never slower than the default.
+    # nearly every study, it guarantees the winner is never slower than the default. So does each
+    # installed runtime's own defaults config (a space over several backends): what a user would run
+    # instead of tuning ("just use OpenVINO"); one measured feasible in the search may win as the baseline may.
+    defaults = runtime_defaults(study, problem, base)
     if base is not None and is_feasible(base) and base not in cands:
         cands.append(base)
+    for t, _ in defaults.values():
+        if t is not None and t not in cands and is_feasible(t) and is_trusted(t):
+            cands.append(t)
     entries = cands + ([base] if base is not None and base not in cands else [])
+    entries += [t for t, _ in defaults.values() if t is not None and t not in entries]
+    untried = [(name, config) for name, (t, config) in defaults.items() if t is None]  # no trial of them: built here
     reference = entries.index(base) if base is not None else 0  # what the speedups are measured against
     with tempfile.TemporaryDirectory(prefix="tuner-finalists-") as saved:
         with Evaluator(problem.spec, timeout_s, study=study.study_name) as evaluator:
-            confirmed_run = evaluator.confirm([t.user_attrs[CONFIG] for t in entries], reference, rounds=rounds,
-                                              save_dir=saved if store is not None else None)
+            confirmed_run = evaluator.confirm([t.user_attrs[CONFIG] for t in entries] + [c for _, c in untried],
+                                              reference, rounds=rounds, save_dir=saved if store is not None else None)
         winner = _decide(study, problem, cands, base, entries, confirmed_run)
+        if winner is not None:
+            winner |= against_defaults(winner, defaults, entries, untried, confirmed_run["results"])
         if winner is not None and store is not None:
             uploaded = _upload(lambda: _upload_finalists(study, store, entries, confirmed_run["results"], saved, keep_all),
                                "uploading the finalists' engines (export will rebuild)") or {}
@@ -95,6 +107,54 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
     if winner is None:
         _drop_earlier(study, store, keep_all)
     return winner
+
+
+def runtime_defaults(study: optuna.Study, problem: Problem, base) -> dict[str, tuple[Any, dict]]:
+    """Each installed backend of the space (the adapted space keeps only those) -> (the completed trial that
+    measured its defaults, or None; its defaults config): the baseline for its own backend, else the trial
+    with the config (every parameter at its default under that backend: the trial tuner.search.enqueue
+    queued as "<backend> defaults")."""
+    space = problem.space
+    several = space.param(BACKEND) is not None
+    rankings = readable_settings(study.user_attrs.get(SETTINGS_ATTR)).rankings
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    out: dict[str, tuple[Any, dict]] = {}
+    for name in space.backends:
+        config = normalize(space, defaults_chooser({BACKEND: name} if several else {}), problem.graph_nodes, rankings)
+        if base is not None and problem.backend_name(base.user_attrs.get(CONFIG) or {}) == name:
+            trial = base
+        else:
+            trial = next((t for t in done if t.user_attrs.get(CONFIG) == config), None)
+        out[name] = (trial, trial.user_attrs.get(CONFIG) or config if trial is not None else config)
+    return out
+
+
+def against_defaults(winner: dict, defaults: dict[str, tuple[Any, dict]], entries: list,
+                     untried: list[tuple[str, dict]], results: list[dict]) -> dict:
+    """The winner's speedup over each runtime's defaults, from the same side-by-side timing: their ratios
+    to the reference divided ("vs_defaults": {backend: speedup}), and per runtime what was timed
+    ("defaults": {backend: {trial, median_ms, relative, feasible, precision} or {trial, error}})."""
+    own = winner["confirmed_relative"]["ratio"]
+    index = {name: entries.index(t) for name, (t, _) in defaults.items() if t is not None}
+    index |= {name: len(entries) + i for i, (name, _) in enumerate(untried)}
+    vs, rows = {}, {}
+    for name, (t, config) in defaults.items():
+        r = results[index[name]]
+        row: dict[str, Any] = {"trial": t.number if t is not None else None}
+        if t is None:
+            row["config"] = config
+        if "error" in r:
+            rows[name] = row | {"error": r["error"]}
+            continue
+        rows[name] = row | {"median_ms": r["latency"]["median_ms"], "relative": r["relative"],
+                            "feasible": bool(r["feasible"]), "precision": r.get("precision")}
+        if own > 0:
+            vs[name] = r["relative"]["ratio"] / own
+    for f in winner.get("finalists") or []:  # which finalists are a runtime's defaults
+        names = [name for name, row in rows.items() if row["trial"] == f["trial"]]
+        if names:
+            f["defaults"] = names[0]
+    return {"vs_defaults": vs, "defaults": rows}
 
 
 def _drop_earlier(study: optuna.Study, store: StoreRef | None, keep_all: bool) -> None:
@@ -121,7 +181,10 @@ def _decide(study: optuna.Study, problem: Problem, cands: list, base, entries: l
                                       for f, _ in confirmed])
     t, metrics = next((f, m) for f, m in confirmed if f.number == pick["trial"])
     rel = ratio[t.number]
+    as_timed = {f.number: r.get("precision") for f, r in built}  # what each engine timed computed in
     winner = _summary(t) | {
+        "precision": as_timed.get(t.number) or t.user_attrs.get("precision"),
+        "baseline_precision": (as_timed.get(base.number) or base.user_attrs.get("precision")) if base is not None else None,
         "confirmed_latency": stats[t.number],
         "confirmed_relative": rel,
         "confirmed_metrics": metrics,
@@ -208,4 +271,5 @@ def simplest_among_ties(finalists: list[dict]) -> tuple[dict, list[dict]]:
 def _summary(t) -> dict:
     return {"trial": t.number, "config": t.user_attrs.get(CONFIG), "build_key": t.user_attrs.get(BUILD_KEY),
             "latency": t.user_attrs.get("latency"), "metrics": t.user_attrs.get("metrics"),
-            "violations": t.user_attrs.get("violations"), "feasible": is_feasible(t)}
+            "violations": t.user_attrs.get("violations"), "feasible": is_feasible(t),
+            "precision": t.user_attrs.get("precision")}

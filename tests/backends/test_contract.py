@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from needs import backend_or_skip
 
-from tuner.backends.base import Engine, known_backends
+from tuner.backends.base import Engine, engine_precision, known_backends
 from tuner.errors import UserError
 from tuner.evaluate import build, check_accuracy
 from tuner.problem import load_problem
@@ -38,6 +38,10 @@ def test_fp32_matches_the_reference_with_float32_outputs(problem, backend, tmp_p
     engine = _engine(problem, backend, {"precision": "fp32", **backend.float32}, tmp_path)
     try:
         assert isinstance(engine, Engine)
+        # what it computes in, where the engine can say (compute_precision is optional): float32 throughout here
+        as_run = engine_precision(engine)
+        assert "error" not in as_run and as_run.get("inference", "f32") == "f32", as_run
+        assert as_run.get("quantized_nodes", 0) == 0, as_run
         out = engine.run(problem.batches[0])
         assert all(v.dtype == np.float32 for v in out.values()), {k: v.dtype for k, v in out.items()}
         metrics, _ = check_accuracy(problem, engine)

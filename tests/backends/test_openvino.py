@@ -33,9 +33,12 @@ def _problem(tmp_path_factory, outliers: int, require: str = "cos<=0.0005"):
     return load_problem(path, SPACE, shapes=["x=2x64x256"], require=require, n_batches=2)
 
 
-def _error(problem, config, work) -> float:
+def _error(problem, config, work, precision: dict | None = None) -> float:
+    """The build's cos error; `precision`, where given, gets what the engine computes in."""
     engine, _, _ = build(problem, config, str(work))
     try:
+        if precision is not None:
+            precision.update(engine.compute_precision())
         return check_accuracy(problem, engine)[0]["cos"]
     finally:
         engine.close()
@@ -44,11 +47,17 @@ def _error(problem, config, work) -> float:
 def test_int8_with_the_planted_float_set_is_as_accurate_as_int8_without_outliers(openvino, tmp_path_factory, tmp_path):
     planted, clean = _problem(tmp_path_factory, 2), _problem(tmp_path_factory, 0)
     int8 = {"precision": "int8", **openvino.float32}  # the kept layers in f32, not the plugin's bf16 default
-    everything = _error(planted, int8, tmp_path / "all")
-    kept = _error(planted, {**int8, "keep_float": PLANTED}, tmp_path / "kept")
+    as_run_all, as_run_kept = {}, {}
+    everything = _error(planted, int8, tmp_path / "all", as_run_all)
+    kept = _error(planted, {**int8, "keep_float": PLANTED}, tmp_path / "kept", as_run_kept)
     no_outliers = _error(clean, int8, tmp_path / "clean")
     assert everything > 5 * kept, (everything, kept)
     assert kept < 1.5 * no_outliers, (kept, no_outliers)  # what is left is int8's own error
+    # as the runtime model says: every FullyConnected int8, then the planted ones back in float (f32: the hint)
+    matmuls = as_run_all["quantized_nodes"]
+    assert as_run_all["float_nodes"] == 0 and matmuls > len(PLANTED) and as_run_all["quantized"] == ["int8"]
+    assert as_run_kept == {"inference": "f32", "source": "OpenVINO INFERENCE_PRECISION_HINT f32", "quantized": ["int8"],
+                           "quantized_nodes": matmuls - len(PLANTED), "float_nodes": len(PLANTED)}
 
 
 def test_bf16_is_measured_against_fp32_and_fails_a_tighter_requirement(openvino, tmp_path_factory, tmp_path):
@@ -62,6 +71,8 @@ def test_bf16_is_measured_against_fp32_and_fails_a_tighter_requirement(openvino,
     bf16 = measure(problem, {"precision": "fp32", "inference_precision": "bf16"}, str(tmp_path / "bf16"), FAST)
     assert f32.feasible and f32.metrics["cos"] < 1e-9, f32.metrics
     assert bf16.metrics["cos"] > 1e-7 and not bf16.feasible and bf16.violations, bf16.metrics
+    # each record says what its engine computed in, as compiled
+    assert (f32.precision["inference"], bf16.precision["inference"]) == ("f32", "bf16")
 
 
 def test_choices_this_cpu_cannot_run_are_dropped_with_a_note(openvino):
@@ -85,14 +96,21 @@ def test_an_exported_engine_comes_back_with_its_properties(openvino, tmp_path_fa
                                    "enable_cpu_pinning": False}, str(tmp_path / "b"))
     try:
         before = engine.run(problem.batches[0])
+        as_built = engine.compute_precision()
         engine.save(str(tmp_path / "saved"))
     finally:
         engine.close()
+    # no hint given: the plugin's own precision on this CPU (bf16 with BF16, f32 on an AVX2-only one)
+    from tuner.backends.openvino.device import plugin_info
+
+    assert as_built["inference"] == plugin_info()["inference_precision"] and as_built["inference"] in ("f32", "bf16", "f16")
+    assert as_built["quantized_nodes"] == 0 and as_built["float_nodes"] > 0, as_built
     loaded = openvino.load(str(tmp_path / "saved"))
     try:
         # import_model without the saved properties takes the plugin's (every core, pinning on)
         assert loaded.compiled.get_property("INFERENCE_NUM_THREADS") == 1
         assert loaded.compiled.get_property("ENABLE_CPU_PINNING") is False
+        assert loaded.compute_precision() == as_built
         for name, value in loaded.run(problem.batches[0]).items():
             np.testing.assert_array_equal(value, before[name])
     finally:

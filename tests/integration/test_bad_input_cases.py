@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 import pytest
+from cli_run import run_cli
 from onnx import TensorProto, helper, numpy_helper
 
-from tuner.cli import main
 from tuner.errors import EXIT_ALL_FAILED, EXIT_NONE_FEASIBLE
 from tuner.space import SPACES_DIR
 
@@ -119,6 +119,34 @@ CASES = [
          ("cannot open",), absent=("studies",)),
     Case("a database server that does not answer",
          _tune("{demo}", *SHAPE, "--storage", "postgresql+psycopg://u:p@127.0.0.1:1/db"), 2, ("127.0.0.1:1",)),
+    # issue 30, item 8: tuner trials, tuner profile, --ref-outputs
+    Case("trials of a study that does not exist", ("trials", "--study", "nosuch"), 2, ("no study 'nosuch'",),
+         absent=("studies",)),
+    Case("trials --sort that is no order", ("trials", "--study", "s", "--sort", "fastest"), 2,
+         ("--sort", "invalid choice: 'fastest'"), absent=("studies",)),
+    Case("trials --csv in a folder that does not exist",
+         ("trials", "--study", "other", "--storage", "sqlite:///{optuna_db}", "--csv", "nowhere/t.csv"), 2,
+         ("--csv", "does not exist"), absent=("nowhere",)),
+    Case("profile of a study that does not exist", ("profile", "--study", "nosuch"), 2, ("no study 'nosuch'",),
+         absent=("studies",)),
+    Case("profile of a study engine-tuner did not make", ("profile", "--study", "other", "--storage",
+                                                          "sqlite:///{optuna_db}"), 2, ("not made by engine-tuner",)),
+    Case("--ref-outputs without --data", _tune("{demo}", *SHAPE, "--ref-outputs", "{refs}"), 2,
+         ("--ref-outputs", "needs --data"), absent=("studies",)),
+    Case("evaluate --ref-outputs without --data", ("evaluate", "{demo}", *SHAPE, "--ref-outputs", "{refs}"), 2,
+         ("--ref-outputs", "needs --data"), absent=("tuner-out",)),
+    Case("sensitivity --ref-outputs without --data", ("sensitivity", "{demo}", *SHAPE, "--ref-outputs", "{refs}"), 2,
+         ("--ref-outputs", "needs --data"), absent=("sensitivity-demo.csv",)),
+    Case("--ref-outputs without the model's output", _tune("{demo}", "--data", "{data}", "--ref-outputs", "{refs_other}"),
+         2, ("--ref-outputs", "no array for model output 'y'"), absent=("studies",)),
+    Case("--ref-outputs of another shape", _tune("{demo}", "--data", "{data}", "--ref-outputs", "{refs_shape}"), 2,
+         ("output 'y' has shape [2, 2, 64, 100]", "[2, 64, 256]"), absent=("studies",)),
+    Case("--ref-outputs of another dtype", _tune("{demo}", "--data", "{data}", "--ref-outputs", "{refs_dtype}"), 2,
+         ("output 'y' has dtype float64", "float32"), absent=("studies",)),
+    Case("--ref-outputs of another batch count", _tune("{demo}", "--data", "{data}", "--ref-outputs", "{refs_count}"),
+         2, ("3 batches", "--data has 2"), absent=("studies",)),
+    Case("--ref-outputs with NaN", _tune("{demo}", "--data", "{data}", "--ref-outputs", "{refs_nan}"), 2,
+         ("NaN or infinite", "finite outputs"), absent=("studies",)),
 ]
 
 FAIL_METRIC = "def boom(outputs, refs, inputs):\n    return 1 / 0\n"
@@ -163,6 +191,15 @@ def inputs(tmp_path_factory, demo_path):
         np.savez(d / f"{name}.npz", x=array)
         files[name] = str(d / f"{name}.npz")
     np.savez(d / "no_input.npz", other=np.zeros((2, 2, 64, 256), np.float32))
+    for name, array in {"refs": np.zeros((2, 2, 64, 256), np.float32),
+                        "refs_shape": np.zeros((2, 2, 64, 100), np.float32),
+                        "refs_dtype": np.zeros((2, 2, 64, 256), np.float64),
+                        "refs_count": np.zeros((3, 2, 64, 256), np.float32),
+                        "refs_nan": np.full((2, 2, 64, 256), np.nan, np.float32)}.items():
+        np.savez(d / f"{name}.npz", y=array)
+        files[name] = str(d / f"{name}.npz")
+    np.savez(d / "refs_other.npz", z=np.zeros((2, 2, 64, 256), np.float32))
+    files["refs_other"] = str(d / "refs_other.npz")
     files["no_input"] = str(d / "no_input.npz")
     small = open(SMALL).read()
     (d / "dup.yaml").write_text(small.replace("parameters:", "name: again\nparameters:", 1))
@@ -196,12 +233,7 @@ def test_bad_input_case(case, inputs, tmp_path, capsys, monkeypatch):
         shutil.copy(folder / name, tmp_path / name)
     before = {name: _digest(name) for name in case.unchanged}
     argv = [a.format(**files) for a in case.argv]
-    capsys.readouterr()
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's refusals
-        code = exc.code
-    out, err = capsys.readouterr()
+    code, out, err = run_cli(argv, capsys)
     assert code == case.code, err
     assert "Traceback" not in err, err
     for word in case.words:

@@ -1,6 +1,7 @@
 """Real studies on the demo model: real ONNX Runtime builds in child processes, real SQLite files."""
 import json
 import os
+import re
 
 import optuna
 import pytest
@@ -179,6 +180,10 @@ def test_cli_tune_status_select_export(demo_path, tmp_path, capsys):
     captured = capsys.readouterr()
     out = captured.out
     assert "winner: trial" in out
+    # the closing line: the winner over the space's only runtime's defaults (the baseline), timed side by side
+    assert re.fullmatch(r"winner: \d+\.\d\dx ONNX Runtime's defaults( \(the winner is them\))? \(timed side by side\)",
+                        out.splitlines()[-1]), out.splitlines()[-1]
+    assert re.search(r", computed as (int8 \+ )?fp32 \(ONNX Runtime's optimized graph, level ", out), out  # as run
     assert "finalists, timed side by side (median, p10-p90 of the runs, 95% CI of the median):" in out
     trial0 = [line for line in out.splitlines() if line.startswith("  trial 0 ")]
     assert trial0 and "baseline" in trial0[0]  # the baseline is always among them (it may also be the winner)
@@ -192,11 +197,17 @@ def test_cli_tune_status_select_export(demo_path, tmp_path, capsys):
     assert main(["status", *common]) == 0
     status = capsys.readouterr().out
     assert "complete 2" in status and "baseline: trial 0" in status and "winner: trial" in status
+    assert "baseline: trial 0, " in status and "precision fp32, computed as fp32 (ONNX Runtime's" in status
+    assert "winner against each runtime's defaults: " in status and "x ONNX Runtime's defaults" in status
     assert main(["studies", "--storage", url]) == 0
     assert "s " in capsys.readouterr().out
     assert main(["export", *common, "--out", str(tmp_path / "w")]) == 0
     report = json.loads((tmp_path / "w" / "report.json").read_text())
     assert report["kind"] == "winner" and report["meets_requirement"] and report["rebuilt_matches_stored"]
+    assert report["precision_as_run"]["inference"] == "f32" and report["precision_text"].startswith("precision ")
+    assert list(report["vs_defaults"]) == ["onnxruntime"]
+    assert report["vs_defaults"]["onnxruntime"] == pytest.approx(report["speedup_vs_baseline"])
+    assert report["runtime_defaults"]["onnxruntime"]["trial"] == 0
 
 
 def test_without_a_requirement_tune_and_the_report_say_every_trial_is_feasible(demo_path, tmp_path, capsys):

@@ -13,8 +13,9 @@ from tuner.evaluate import ensure_reference
 from tuner.export import export_winner
 from tuner.measure.accuracy import compute_metrics
 from tuner.measure.latency import LatencyProtocol
+from tuner.report.status import status_lines
 from tuner.run.options import TuneOptions
-from tuner.run.tune import tune_study
+from tuner.run.tune import describe_result, tune_study
 from tuner.space import SPACES_DIR
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=0.5)
@@ -47,9 +48,30 @@ def test_a_cpu_study_holds_both_backends_and_its_exported_winner_reproduces_its_
     assert configs[1]["inference_precision"] == plugin_info()["inference_precision"]
     assert own_error < 1e-9 if plugin_info()["inference_precision"] == "f32" else 1e-9 < own_error < 0.005, own_error
     assert result.winner is not None and result.winner["confirmed_metrics"]["cos"] <= 0.005
+    # each trial says what its engine computed in, as the runtime reports it: OpenVINO's own precision
+    # (bf16 on a CPU with BF16, f32 on one without), ONNX Runtime's float32 graph
+    own = study.trials[1].user_attrs["precision"]
+    assert own["inference"] == plugin_info()["inference_precision"] and own["inference"] in ("f32", "bf16", "f16")
+    assert own["source"] == f"OpenVINO INFERENCE_PRECISION_HINT {own['inference']}"
+    assert own["quantized_nodes"] == 0 and own["float_nodes"] > 0, own
+    assert study.trials[0].user_attrs["precision"]["inference"] == "f32"
+    # the winner over each runtime's defaults, timed side by side with them in selection
+    won = result.winner
+    assert set(won["vs_defaults"]) == {"onnxruntime", "openvino"} and min(won["vs_defaults"].values()) > 0
+    assert won["vs_defaults"]["onnxruntime"] == pytest.approx(won["speedup"])  # ONNX Runtime's defaults: the baseline
+    assert won["defaults"]["openvino"]["trial"] == 1 and 1 in {f["trial"] for f in won["finalists"]}
+    assert won["precision"]["inference"] in ("f32", "bf16", "f16")
+    closing = describe_result(result)[-1]
+    assert closing.startswith("winner: ") and closing.endswith("(timed side by side)"), closing
+    assert "x OpenVINO's" in closing and "x ONNX Runtime's" in closing, closing
+    status = "\n".join(status_lines(study, f"sqlite:///{tmp_path}/cpu.db"))
+    assert f"winner against each runtime's defaults: {closing.removeprefix('winner: ')}" in status
+    assert "computed as" in status.split("winner: trial", 1)[1].splitlines()[0], status
     out = tmp_path / "winner"
     report = export_winner(study, study_problem(study), str(out))
     assert report["backend"] == result.winner["config"]["backend"] and report["rebuilt_matches_stored"]
+    assert report["vs_defaults"] == won["vs_defaults"] and report["vs_defaults_text"] in closing
+    assert report["precision_as_run"]["inference"] == won["precision"]["inference"]
     problem = study_problem(study)
     engine = get_backend(report["backend"]).load(str(out / "engine"))
     try:

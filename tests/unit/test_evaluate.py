@@ -14,7 +14,8 @@ REFS = [{"y": np.arange(6, dtype=np.float32).reshape(2, 3) + i} for i in range(4
 
 
 def _problem():
-    return SimpleNamespace(batches=BATCHES, refs=REFS, requirement=Requirement.parse("cos<=0.01"))
+    return SimpleNamespace(batches=BATCHES, refs=REFS, requirement=Requirement.parse("cos<=0.01"),
+                           spec=SimpleNamespace(ref_outputs=None))
 
 
 class SlowEngine:

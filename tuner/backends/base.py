@@ -8,6 +8,7 @@ from __future__ import annotations
 import abc
 import functools
 import importlib
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -62,6 +63,30 @@ class Engine(Protocol):
 
     def close(self) -> None:
         """Free the engine's memory and threads."""
+
+    # An engine may also have compute_precision() -> dict: the precision it actually computes in, as its
+    # runtime reports it (engine_precision below reads it; an engine without it reports {}):
+    #   {"inference": "bf16",      # what its float parts run in: f32, bf16, f16 (the runtime's own answer)
+    #    "source": "OpenVINO INFERENCE_PRECISION_HINT bf16",  # where that answer came from
+    #    "quantized_nodes": 23,    # matrix ops (MatMul, Conv, Gemm, ...) that run quantized
+    #    "float_nodes": 1,         # matrix ops that run in float
+    #    "quantized": ["int8"]}    # the integer types of the quantized ones
+    # It is not a member of this Protocol, so an engine written without it (a third party's) still is an Engine.
+
+
+PRECISION_METHOD = "compute_precision"
+
+
+def engine_precision(engine: object) -> dict:
+    """What `engine` computes in (its compute_precision(); see Engine): {} for an engine that cannot say,
+    {"error": ...} where asking failed: knowing the precision never costs a measurement."""
+    method = getattr(engine, PRECISION_METHOD, None)
+    if method is None:
+        return {}
+    try:
+        return dict(method() or {})
+    except Exception as exc:  # noqa: BLE001  a runtime that cannot answer leaves the trial as it was
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 class Backend(abc.ABC):
@@ -220,3 +245,12 @@ def backend_devices(names: Iterable[str]) -> dict[str, dict]:
         if backend.device != "cpu":
             out[backend.device] = backend.device_info()
     return out
+
+
+def repeat_runs(run: Callable[[], object], runs: int, max_seconds: float) -> None:
+    """Up to `runs` calls, stopping after `max_seconds` (at least 3: a profiler's median needs them)."""
+    end = time.perf_counter() + max_seconds
+    for i in range(runs):
+        run()
+        if i >= 2 and time.perf_counter() > end:
+            break

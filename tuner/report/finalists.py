@@ -3,6 +3,7 @@ with the spread of the runs (p10-p90) and the 95% CI of the median, and which ti
 from __future__ import annotations
 
 from ..measure.latency import MAX_SPREAD, ci_overlap, steady
+from .as_run import runtime_name
 
 
 def tied_with_winner(winner: dict) -> list[dict]:
@@ -29,6 +30,7 @@ def finalist_rows(winner: dict) -> list[tuple[str, str]]:
     for f in fin:
         role = ["winner"] if f["trial"] == winner["trial"] else []
         role += ["baseline"] if f.get("baseline") else []
+        role += [f"{runtime_name(f['defaults'])}'s defaults"] if f.get("defaults") and not f.get("baseline") else []
         role += [] if f["feasible"] else ["failed the accuracy re-check"]
         role += [] if steady(f["p10_ms"], f["p90_ms"]) else [f"unsteady: p90 over {MAX_SPREAD:g}x p10"]
         rel = f.get("relative")

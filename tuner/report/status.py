@@ -13,6 +13,7 @@ from ..search.failures import learnt_failures
 from ..search.settings import SETTINGS_ATTR, readable_settings
 from ..search.trials import baseline_trial, best_feasible, is_feasible, latency_of, speedup_of, was_busy, work_line
 from ..storage import local_path
+from .as_run import precision_text, vs_defaults_text
 from .variants import rankings_lines
 
 
@@ -48,12 +49,11 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
                      f"{f['choice']}: {f['reason']}")
     base, best = baseline_trial(study), best_feasible(study)
     if base is not None:
-        lines.append(f"baseline: trial {base.number}, {latency_of(base):.2f} ms")
+        lines.append(f"baseline: trial {base.number}, {latency_of(base):.2f} ms, {_precision(base)}")
     if best is not None:
         up = speedup_of(best, base)
         speed = f"{up:.2f}x the baseline ({latency_of(best):.2f} ms)" if up else f"{latency_of(best):.2f} ms"
-        lines.append(f"best feasible in the search: trial {best.number}, {speed}, "
-                     f"precision {best.user_attrs['config'].get('precision')}")
+        lines.append(f"best feasible in the search: trial {best.number}, {speed}, {_precision(best)}")
     elif done:
         lines.append("best feasible: none - no trial meets the requirement yet")
     if done and len(study.directions) > 1:
@@ -63,9 +63,12 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
         ms = winner["confirmed_latency"]["median_ms"]
         lines.append(f"winner: trial {winner['trial']}, " + (f"{winner['speedup']:.2f}x the baseline ({ms:.2f} ms)"
                                                              if winner.get("speedup") else f"{ms:.2f} ms")
-                     + ", confirmed side by side"
+                     + ", confirmed side by side, " + precision_text(winner.get("config"), winner.get("precision"))
                      + (" - chosen while the machine was busy: run tuner select again on a quiet machine"
                         if (winner.get("load") or {}).get("busy") else ""))
+        against = vs_defaults_text(winner)
+        if against:
+            lines.append(f"winner against each runtime's defaults: {against}")
         if winner.get("verify"):
             v = winner["verify"]
             lines.append(f"verify: {v['speedup']:.2f}x the defaults in a fresh process [{v['speedup_low']:.2f}, "
@@ -83,6 +86,11 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
         lines.append("disk: " + ", ".join(disk))
     lines.append(artifacts_usage(study, resolve_store(study)))
     return lines
+
+
+def _precision(t) -> str:
+    """The trial's route and what its engine computed in ("precision fp32, computed as bf16 (...)")."""
+    return precision_text(t.user_attrs.get("config"), t.user_attrs.get("precision"))
 
 
 def machine_lines(trials) -> list[str]:

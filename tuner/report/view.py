@@ -12,6 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ..search.failures import learnt_failures
 from ..search.settings import SETTINGS_ATTR, StudySettings, readable_settings
 from ..search.trials import is_feasible, latency_of, relative_of, speedup_of, was_busy, work_line
+from .as_run import computed_text, float_word, precision_text, vs_defaults_text
 from .finalists import finalist_rows
 from .variants import variant_lines
 
@@ -106,6 +107,12 @@ def route_of(t: FrozenTrial) -> str:
     config = t.user_attrs.get("config") or {}
     route = str(config.get("precision", t.params.get("precision", "?")))
     return f"{config['backend']} {route}" if "backend" in config else route
+
+
+def _computed(t: FrozenTrial) -> str:
+    """", computed as fp32 (...)": what the trial's engine ran, as its runtime said ("" where it did not)."""
+    text = computed_text(t.user_attrs.get("precision"), (t.user_attrs.get("config") or {}).get("precision"))
+    return f", {text}" if text else ""
 
 
 def _is_layer_param(name: str) -> bool:
@@ -258,7 +265,8 @@ def summary_rows(study) -> list[tuple[str, str]]:
     base = view.baseline
     if base is not None:
         rows.append(("baseline", f"trial {base.number}: {view.latency_text(base)}, "
-                                 f"{view.primary_metric} {view.error(base):.3g}, precision {route_of(base)}"))
+                                 f"{view.primary_metric} {view.error(base):.3g}, precision {route_of(base)}"
+                                 + _computed(base)))
     else:
         rows.append(("baseline", "not measured yet"))
     winner = view.winner
@@ -270,12 +278,17 @@ def summary_rows(study) -> list[tuple[str, str]]:
         rows.append(("winner", f"trial {winner['trial']}: {speed}confirmed side by side "
                                f"({conf.get('median_ms', float('nan')):.3f} ms, 95% CI {conf.get('ci_low_ms', float('nan')):.3f}-"
                                f"{conf.get('ci_high_ms', float('nan')):.3f}), "
-                               f"precision {(winner.get('config') or {}).get('precision')}"))
+                               + precision_text(winner.get("config"), winner.get("precision"))))
         base_conf = (winner.get("baseline_latency") or {}).get("median_ms")
         rows.append(("speedup", f"{winner['speedup']:.2f}x the baseline ({base_conf:.3f} ms, timed side by side)"
                      if winner.get("speedup") and base_conf else "n/a"))
+        against = vs_defaults_text(winner)
+        if against:
+            rows.append(("against each runtime's defaults", against))
         kept = float_layers(view.trial(winner["trial"])) if view.trial(winner["trial"]) else []
-        rows.append(("winner's float layers", (f"{len(kept)}: " + ", ".join(kept[:24]) + (" ..." if len(kept) > 24 else ""))
+        floats = float_word(winner.get("precision"))
+        here = f" ({floats} here)" if floats and floats != "fp32" else ""
+        rows.append(("winner's float layers", (f"{len(kept)}{here}: " + ", ".join(kept[:24]) + (" ..." if len(kept) > 24 else ""))
                      if kept else "none: every quantizable layer of its route is quantized (or its route is a float one)"))
         rows.append(("winner error", f"{view.primary_metric} {err:.3g}" + (
             f" (limit {view.bounds[0][1]:g})" if view.bounds else "") if err is not None else "n/a"))

@@ -19,6 +19,7 @@ class TuneOptions:
     space: str | None = None
     data: str | None = None
     calib_data: str | None = None
+    ref_outputs: str | None = None  # .npz of the training framework's outputs of --data: the reference (tuner.ref_outputs)
     shapes: list[str] | None = None
     int_ranges: list[str] | None = None
     require: str | list[str] | None = None
@@ -56,7 +57,8 @@ class TuneOptions:
         """The settings given on this call, by the names search.settings.given_settings takes (it checks them)."""
         return {"model": self.model, "space": self.space, "data": self.data, "calib_data": self.calib_data,
                 "shapes": self.shapes, "int_ranges": self.int_ranges, "require": self.require,
-                "objectives": self.objectives, "sampler": self.sampler, "seed": self.seed, "timing": self.timing}
+                "objectives": self.objectives, "sampler": self.sampler, "seed": self.seed, "timing": self.timing,
+                "ref_outputs": self.ref_outputs}
 
 
 def trials_log(study: str, storage_url: str) -> str:

@@ -15,6 +15,7 @@ from ..isolate import TrialFailure
 from ..measure.requirement import Requirement
 from ..progress import TrialProgress
 from ..record import BASELINE, FAIL_REASON, RETRY_OF
+from ..report.as_run import kept_in_float, precision_text, vs_defaults_text
 from ..report.finalists import finalist_lines
 from ..search.enqueue import enqueue_initial
 from ..search.study import StudyContext
@@ -142,8 +143,9 @@ def describe_result(result: TuneResult) -> list[str]:
         lines.append(f"winner: trial {winner['trial']}, {speed}confirmed side by side ({lat['median_ms']:.2f} ms "
                      f"[95% CI {lat['ci_low_ms']:.2f}, {lat['ci_high_ms']:.2f}]{base}), {err or 'no requirement'}")
         backend = f"{winner['config']['backend']}, " if "backend" in winner["config"] else ""
-        lines.append(f"{backend}precision {winner['config'].get('precision')}, "
-                     f"{len(winner['config'].get('keep_float', []))} nodes kept in float")
+        precision = winner.get("precision")
+        lines.append(f"{backend}{precision_text(winner['config'], precision)}, "
+                     f"{kept_in_float(len(winner['config'].get('keep_float', [])), precision)}")
         load = winner.get("load") or {}
         if load.get("busy"):
             lines.append(f"warning: the winner was chosen while other processes used {load['other_cores']:.1f} cores; "
@@ -164,4 +166,7 @@ def describe_result(result: TuneResult) -> list[str]:
     if busy:
         lines.append(f"warning: {busy} trial(s) were timed while other processes kept the machine busy "
                      f"(tuner status --study {study.study_name} lists them; --when-busy wait holds timings back)")
+    against = vs_defaults_text(winner) if winner else ""
+    if against:  # last: what the search added over running each installed runtime as it comes
+        lines.append(f"winner: {against}")
     return lines

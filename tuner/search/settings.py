@@ -26,7 +26,7 @@ SETTINGS_ATTR = "tuner_settings"
 # spec under "spec" (from_attrs reads both: the keys are the same).
 SCHEMA = 2
 # Settings a user gives that are part of the problem spec (the rest are the study's own).
-SPEC_KEYS = ("model_path", "space_path", "data", "calib_data", "shapes", "int_ranges")
+SPEC_KEYS = ("model_path", "space_path", "data", "calib_data", "shapes", "int_ranges", "ref_outputs")
 
 
 def file_hash(path: str) -> str:
@@ -119,7 +119,7 @@ def readable_settings(attrs: dict | None) -> StudySettings:
 
 
 def given_settings(model=None, space=None, data=None, calib_data=None, shapes=None, int_ranges=None, require=None,
-                   objectives=None, sampler=None, seed=None, timing=None) -> dict:
+                   objectives=None, sampler=None, seed=None, timing=None, ref_outputs=None) -> dict:
     """The settings the user gave on this call, by their stored names and in their typed form (a parsed
     Requirement, Objectives, Timing), checked (None or empty: not given)."""
     given: dict = {}
@@ -130,7 +130,7 @@ def given_settings(model=None, space=None, data=None, calib_data=None, shapes=No
     if space:
         given["space_path"] = _abs(space_file(space))
     for name, value in (("data", _abs(data)), ("calib_data", _abs(calib_data)), ("shapes", shapes),
-                        ("int_ranges", int_ranges)):
+                        ("int_ranges", int_ranges), ("ref_outputs", _abs(ref_outputs))):
         if value:
             given[name] = value
     if require:
@@ -214,8 +214,8 @@ def check_data(study_name: str, settings: StudySettings, data_hash: str) -> None
     """The validation and calibration data are the study's: its errors were measured on them (--force or not)."""
     if settings.data_hash not in (None, data_hash):
         raise UserError(f"study {study_name!r}: the validation data here differ from the study's (data hash "
-                        f"{data_hash}, the study has {settings.data_hash}); give the same --data/--shape/--int-range, "
-                        "or use a new --study name for new data (--force cannot change them)")
+                        f"{data_hash}, the study has {settings.data_hash}); give the same --data/--shape/--int-range/"
+                        "--ref-outputs, or use a new --study name for new data (--force cannot change them)")
 
 
 TRUST = "docs/distributed.md#trust-model"

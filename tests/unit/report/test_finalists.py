@@ -39,3 +39,50 @@ def test_the_winner_line_shows_the_metrics_the_requirement_names_and_no_other():
     won = winner(finalists, 7) | {"requirement": "rel_l2<=0.01", "confirmed_metrics": {"rel_l2": 0.004, "l2": 3.5}}
     first = describe_result(TuneResult(optuna.create_study(), won, 0))[0]
     assert "rel_l2=0.004" in first and " l2=" not in first  # "l2" is inside "rel_l2<=...", not named by it
+
+
+OV_INT8 = {"inference": "bf16", "source": "OpenVINO INFERENCE_PRECISION_HINT bf16", "quantized_nodes": 23,
+           "float_nodes": 1, "quantized": ["int8"]}
+
+
+def test_the_closing_lines_say_the_precision_as_run_and_end_against_each_runtimes_defaults():
+    finalists = [{"trial": 7, "baseline": False, "feasible": True} | stats(0.80, 0.02),
+                 {"trial": 1, "baseline": False, "feasible": True, "defaults": "openvino"} | stats(0.89, 0.02),
+                 {"trial": 0, "baseline": True, "feasible": True, "defaults": "onnxruntime"} | stats(3.38, 0.05)]
+    won = winner(finalists, 7) | {
+        "config": {"backend": "openvino", "precision": "int8", "keep_float": ["block1/attn/q_proj"]},
+        "precision": OV_INT8, "vs_defaults": {"onnxruntime": 4.23, "openvino": 1.11},
+        "defaults": {"onnxruntime": {"trial": 0, "feasible": True}, "openvino": {"trial": 1, "feasible": True}}}
+    lines = describe_result(TuneResult(optuna.create_study(), won, 0))
+    assert lines[1] == ("openvino, precision int8, computed as int8 + bf16 (OpenVINO INFERENCE_PRECISION_HINT bf16; "
+                        "23 of 24 matrix ops quantized), 1 nodes kept in float (bf16 here)")
+    assert lines[-1] == "winner: 1.11x OpenVINO's defaults, 4.23x ONNX Runtime's (timed side by side)"
+    assert "(OpenVINO's defaults)" in next(line for line in lines if line.strip().startswith("trial 1 "))
+    assert "defaults" not in next(line for line in lines if line.strip().startswith("trial 0 "))  # the baseline says so
+
+
+def test_a_winner_selected_before_says_neither_and_a_runtime_that_failed_says_why():
+    finalists = [{"trial": 7, "baseline": False, "feasible": True} | stats(3.00, 0.05)]
+    lines = describe_result(TuneResult(optuna.create_study(), winner(finalists, 7), 0))
+    assert lines[1] == "precision int8-dynamic, 0 nodes kept in float" and not lines[-1].startswith("winner: ")
+    from tuner.report.as_run import vs_defaults_text
+
+    text = vs_defaults_text({"trial": 1, "vs_defaults": {"openvino": 1.0, "onnxruntime": 0.8},
+                             "defaults": {"openvino": {"trial": 1, "feasible": True},
+                                          "onnxruntime": {"trial": None, "feasible": False},
+                                          "tensorrt": {"trial": None, "error": "UserError: no GPU"}}})
+    assert text == ("0.80x ONNX Runtime's defaults (they fail the requirement), 1.00x OpenVINO's (the winner is them) "
+                    "(timed side by side); TensorRT's defaults did not build (UserError: no GPU)")
+
+
+def test_a_quantizing_route_that_runs_in_float_says_so_and_a_float_route_needs_no_count():
+    from tuner.report.as_run import kept_in_float, precision_text
+
+    ov = {"inference": "bf16", "source": "OpenVINO INFERENCE_PRECISION_HINT bf16", "quantized_nodes": 0, "float_nodes": 24}
+    assert precision_text({"precision": "fp32"}, ov) == ("precision fp32, computed as bf16 "
+                                                         "(OpenVINO INFERENCE_PRECISION_HINT bf16)")
+    qdq = {"inference": "f32", "source": "ONNX Runtime's optimized graph, level basic", "quantized_nodes": 0, "float_nodes": 32}
+    assert precision_text({"precision": "int8-static"}, qdq) == ("precision int8-static, computed as fp32 (ONNX Runtime's "
+                                                                 "optimized graph, level basic; 0 of 32 matrix ops quantized)")
+    assert kept_in_float(0, ov) == "0 nodes kept in float" and kept_in_float(2, ov) == "2 nodes kept in float (bf16 here)"
+    assert kept_in_float(2, qdq) == "2 nodes kept in float"

@@ -13,7 +13,8 @@ import onnxruntime as ort
 from ...model import ModelFile
 from ..base import Backend, Batch, BuildContext, Outputs
 from .optimizers import is_optimizer, unknown_optimizer
-from .profile import node_time_shares
+from .precision import session_precision
+from .profile import engine_node_times, node_time_shares
 from .quantize import QUANTIZING_ROUTES, ROUTE_DEFAULTS, ROUTES, apply_precision, route_variants
 from .session import (
     DISABLE_PREFIX,
@@ -49,6 +50,14 @@ class OrtEngine:
                     shutil.copy2(os.path.join(src_dir, name), out_dir)
         write_settings(out_dir, self.settings)
         return os.path.join(out_dir, os.path.basename(self.model_path))
+
+    def node_times(self, batch: Batch, workdir: str, runs: int, max_seconds: float) -> list[dict]:
+        """Its runtime nodes' median kernel times (tuner.profiling: `tuner profile`)."""
+        return engine_node_times(self.model_path, self.settings, batch, workdir, runs, max_seconds)
+
+    def compute_precision(self) -> dict:
+        """The matrix ops of the graph this session runs, quantized or float (tuner.backends.base.Engine)."""
+        return session_precision(self.model_path, self.settings)
 
     def close(self) -> None:
         self.session = None

@@ -29,11 +29,21 @@ def session_settings(config: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
-def make_session(model_path: str, settings: dict[str, Any], side_by_side: bool = False) -> ort.InferenceSession:
+def make_session(model_path: str, settings: dict[str, Any], side_by_side: bool = False,
+                 optimized_path: str | None = None, profile_prefix: str | None = None) -> ort.InferenceSession:
     """side_by_side: the session is timed round-robin with others in one process. Its spinning
     threads then stop when a run ends; left spinning, every idle session's threads steal the cores
-    from the one being timed (8 MobileNetV3 sessions on 2 cores: 3.5 ms alone, 10-14 ms each)."""
+    from the one being timed (8 MobileNetV3 sessions on 2 cores: 3.5 ms alone, 10-14 ms each).
+    optimized_path: ONNX Runtime writes the graph it will run there (weights in a file beside it).
+    profile_prefix: its profiler writes each node's kernel times to a file of that prefix (end_profiling)."""
     so = ort.SessionOptions()
+    if profile_prefix:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
+    if optimized_path:
+        so.optimized_model_filepath = optimized_path
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                    os.path.basename(optimized_path) + ".data")
     so.log_severity_level = 3
     so.graph_optimization_level = LEVELS[settings.get("graph_optimization_level", "all")]
     parallel = settings.get("execution_mode") == "parallel"

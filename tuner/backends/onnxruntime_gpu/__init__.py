@@ -24,6 +24,7 @@ from ..common.onnx_precision import ROUTE_OPTIONS, apply_precision
 from ..common.onnx_precision import ROUTES as TRT_ROUTES
 from ..common.paths import slug
 from ..onnxruntime import OrtEngine
+from ..onnxruntime.precision import file_precision
 from ..onnxruntime.session import adapt_feed, read_engine_dir, write_settings
 from .providers import (
     CPU_EP,
@@ -53,6 +54,11 @@ outputs = session.run(None, inputs)  # inputs: {{input name: numpy array}}"""
 class OrtGpuEngine(OrtEngine):
     """A session on the GPU. Inputs and outputs are bound to device memory once (IOBinding, which
     CUDA graphs require); each timed call is one synchronised run with no host copies."""
+
+    def compute_precision(self) -> dict:
+        """The model file's matrix ops: the GPU providers (TensorRT's above all) rewrite the graph their
+        own way, and a CPU session's optimized graph would say nothing of it."""
+        return file_precision(self.model_path)
 
     def _bound(self, batch: Batch):
         binding = self.session.io_binding()

@@ -10,6 +10,7 @@ import numpy as np
 import openvino as ov
 
 from ..base import Batch, Outputs
+from .profile import engine_node_times
 from .properties import DEVICE
 
 BLOB_FILE = "engine.blob"
@@ -23,6 +24,13 @@ with open("{dir}/engine.blob", "rb") as f:
     compiled = core.import_model(f.read(), saved["device"], saved["properties"])
 result = compiled.create_infer_request().infer(inputs)  # inputs: {{input name: numpy array}}
 outputs = [result[compiled.output(name)] for name in saved["outputs"]]"""
+
+
+# The runtime model's matrix layers (layerType in its rt_info): what a keep-in-float list is about.
+_MATRIX_LAYERS = frozenset({"FullyConnected", "MatMul", "Convolution", "GroupConvolution", "Deconvolution"})
+# OpenVINO element type names -> what a quantized layer's runtimePrecision means (a weight-compressed
+# FullyConnected reports its weights' type: u8, i4).
+_INTEGER = {"i8": "int8", "u8": "int8", "i4": "int4", "u4": "int4"}
 
 
 def _port_index(ports, name: str) -> int:
@@ -64,6 +72,10 @@ class OpenVinoEngine:
         self._restage()
         return out
 
+    def node_times(self, batch: Batch, workdir: str, runs: int, max_seconds: float) -> list[dict]:
+        """Its runtime nodes' median times, PERF_COUNT on (tuner.profiling: `tuner profile`)."""
+        return engine_node_times(self, batch, runs, max_seconds)
+
     def timed_call(self, batch: Batch) -> Callable[[], None]:
         """Inputs staged once as tensors over private copies; each call is one synchronous inference
         without Python-side input handling or output copies (start_async + wait: measured equal to infer())."""
@@ -91,6 +103,25 @@ class OpenVinoEngine:
             f.write(blob.getvalue() if hasattr(blob, "getvalue") else blob)
         write_config(out_dir, self.properties, self.output_names)
         return path
+
+    def compute_precision(self) -> dict:
+        """The precision as compiled (see tuner.backends.base.Engine): INFERENCE_PRECISION_HINT asked back
+        from the compiled model (bf16 on a CPU with BF16 when no hint was given), and each matrix layer
+        of the runtime model by its runtimePrecision (i8/u8/i4/u4: quantized)."""
+        hint = self.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+        quantized, floats, kinds = 0, 0, set()
+        for op in self.compiled.get_runtime_model().get_ordered_ops():
+            info = op.get_rt_info()
+            if "layerType" not in info or info["layerType"].astype(str) not in _MATRIX_LAYERS:
+                continue
+            runs = info["runtimePrecision"].astype(str) if "runtimePrecision" in info else ""
+            if runs in _INTEGER:
+                quantized += 1
+                kinds.add(_INTEGER[runs])
+            else:
+                floats += 1
+        return {"inference": hint, "source": f"OpenVINO INFERENCE_PRECISION_HINT {hint}",
+                "quantized_nodes": quantized, "float_nodes": floats, "quantized": sorted(kinds)}
 
     def close(self) -> None:
         self._request = None

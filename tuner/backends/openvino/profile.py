@@ -1,24 +1,15 @@
 """Per-node run time of a model from the OpenVINO CPU plugin's profiler (for the sensitivity ranking)."""
 from __future__ import annotations
 
+import statistics
+
+import numpy as np
 import openvino as ov
 
-from ...model import ModelFile
-from ..base import Batch
+from ...model import HEAVY_OPS, ModelFile, consumers_of, owning_consumer
+from ..base import Batch, repeat_runs
 from .properties import DEVICE, FLOAT32, compile_properties
 from .quantize import read_model
-
-_HEAVY = ("MatMul", "Gemm", "Conv", "ConvTranspose")
-
-
-def _consumers(model: ModelFile) -> dict[str, list[str]]:
-    producers = {o: n.name for n in model.proto.graph.node for o in n.output}
-    out: dict[str, list[str]] = {}
-    for n in model.proto.graph.node:
-        for i in n.input:
-            if i in producers:
-                out.setdefault(producers[i], []).append(n.name)
-    return out
 
 
 def node_time_shares(core: ov.Core, model: ModelFile, batches: list[Batch], runs: int = 3) -> dict[str, float]:
@@ -49,26 +40,49 @@ def node_time_shares(core: ov.Core, model: ModelFile, batches: list[Batch], runs
         groups[op.get_friendly_name()] = names
         for n in names:
             owner[n] = op.get_friendly_name()
-    consumers = _consumers(model)
+    consumers = consumers_of(model.proto)
     for name in op_type:  # vanished heavy nodes: follow the consumers to a node with an owner
-        if name in owner or op_type[name] not in _HEAVY:
+        if name in owner or op_type[name] not in HEAVY_OPS:
             continue
-        todo, seen = list(consumers.get(name, [])), set()
-        while todo:
-            c = todo.pop(0)
-            if c in seen:
-                continue
-            seen.add(c)
-            if c in owner:
-                groups[owner[c]].append(name)
-                owner[name] = owner[c]
-                break
-            todo.extend(consumers.get(c, []))
+        c = owning_consumer(name, consumers, owner)
+        if c is not None:
+            groups[owner[c]].append(name)
+            owner[name] = owner[c]
     shares: dict[str, float] = {}
     for rt_name, t in times.items():
         names = groups.get(rt_name) or []
-        heavy = [n for n in names if op_type[n] in _HEAVY] or names
+        heavy = [n for n in names if op_type[n] in HEAVY_OPS] or names
         for n in heavy:
             shares[n] = shares.get(n, 0.0) + t / len(heavy)
     whole = sum(shares.values()) or 1.0
     return {k: v / whole for k, v in shares.items()}
+
+
+def engine_node_times(engine, batch: dict, runs: int, max_seconds: float) -> list[dict]:
+    """OpenVINO: the engine's compiled blob imported again with its properties and PERF_COUNT on."""
+    blob = engine.compiled.export_model()
+    compiled = ov.Core().import_model(blob.getvalue() if hasattr(blob, "getvalue") else blob, "CPU",
+                                      dict(engine.properties) | {"PERF_COUNT": "YES"})
+    request = compiled.create_infer_request()
+    feed = {}
+    for name, value in batch.items():
+        port = next(p for p in compiled.inputs if name in p.get_names())
+        feed[name] = np.ascontiguousarray(value, dtype=port.get_element_type().to_dtype())
+    times: dict[str, list[float]] = {}
+    ops: dict[str, str] = {}
+
+    def run():
+        request.infer(feed)
+        for p in request.get_profiling_info():  # the last inference's counters
+            if p.status == p.Status.EXECUTED:
+                times.setdefault(p.node_name, []).append(p.real_time.total_seconds() * 1000.0)
+                ops[p.node_name] = p.node_type
+
+    repeat_runs(run, runs, max_seconds)
+    originals = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        if "originalLayersNames" in info:
+            originals[op.get_friendly_name()] = [n for n in str(info["originalLayersNames"].astype(str)).split(",") if n]
+    return [{"name": n, "op": ops[n], "ms": statistics.median(v), "originals": originals.get(n, [])}
+            for n, v in times.items()]

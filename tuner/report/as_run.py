@@ -1,0 +1,69 @@
+"""How tune, status, the report and export say what an engine really ran: the precision its runtime
+computes in (a trial's or the winner's `precision`, tuner.backends.base.engine_precision), and the winner
+against each installed runtime's own defaults timed in the same selection (the winner's `vs_defaults`)."""
+from __future__ import annotations
+
+# The runtimes' names as a user knows them.
+RUNTIMES = {"onnxruntime": "ONNX Runtime", "onnxruntime-gpu": "ONNX Runtime (GPU)", "openvino": "OpenVINO",
+            "tensorrt": "TensorRT"}
+# A float type as the precision routes spell it.
+FLOATS = {"f32": "fp32", "f16": "fp16", "bf16": "bf16", "f64": "fp64"}
+# Routes that quantize nothing: their "0 of N matrix ops quantized" goes without saying.
+FLOAT_ROUTES = frozenset({"fp32", "fp16", "bf16", "tf32"})
+
+
+def runtime_name(backend: str) -> str:
+    return RUNTIMES.get(backend, backend)
+
+
+def float_word(precision: dict | None) -> str | None:
+    """What the float parts compute in ("bf16", "fp32"), or None where the runtime did not say."""
+    inference = (precision or {}).get("inference")
+    return FLOATS.get(inference, inference) if inference else None
+
+
+def computed_text(precision: dict | None, route: str | None = None) -> str:
+    """"computed as int8 + bf16 (OpenVINO INFERENCE_PRECISION_HINT bf16; 23 of 24 matrix ops quantized)";
+    "" for a trial measured before engines said (or by a backend that cannot say). The count is left out
+    for a float route (`route`) that quantized nothing, as expected."""
+    floats = float_word(precision)
+    if not floats:
+        return ""
+    quantized, in_float = int(precision.get("quantized_nodes") or 0), int(precision.get("float_nodes") or 0)
+    parts = (list(precision.get("quantized") or ["quantized"]) if quantized else []) + [floats]
+    counts = (f"{quantized} of {quantized + in_float} matrix ops quantized"
+              if quantized + in_float and (quantized or route not in FLOAT_ROUTES) else "")
+    why = "; ".join(x for x in (precision.get("source"), counts) if x)
+    return f"computed as {' + '.join(parts)}" + (f" ({why})" if why else "")
+
+
+def precision_text(config: dict | None, precision: dict | None) -> str:
+    """"precision int8, computed as int8 + bf16 (...)": the route the config asked for, then what ran."""
+    route = (config or {}).get("precision")
+    computed = computed_text(precision, route)
+    return f"precision {route}" + (f", {computed}" if computed else "")
+
+
+def kept_in_float(count: int, precision: dict | None) -> str:
+    """"3 nodes kept in float (bf16 here)": "float" is not float32 where the runtime computes its float in bf16."""
+    floats = float_word(precision)
+    return f"{count} nodes kept in float" + (f" ({floats} here)" if count and floats and floats != "fp32" else "")
+
+
+def vs_defaults_text(winner: dict) -> str:
+    """"1.11x OpenVINO's defaults, 4.23x ONNX Runtime's (timed side by side)", closest runtime first; ""
+    for a winner selected before selection timed the runtimes' defaults."""
+    vs, rows = winner.get("vs_defaults") or {}, winner.get("defaults") or {}
+    if not vs and not rows:
+        return ""
+    parts = []
+    for i, (name, up) in enumerate(sorted(vs.items(), key=lambda kv: kv[1])):
+        row = rows.get(name) or {}
+        notes = (["the winner is them"] if row.get("trial") is not None and row.get("trial") == winner.get("trial")
+                 else []) + ([] if row.get("feasible", True) else ["they fail the requirement"])
+        parts.append(f"{up:.2f}x {runtime_name(name)}'s" + (" defaults" if i == 0 else "")
+                     + (f" ({'; '.join(notes)})" if notes else ""))
+    failed = [f"{runtime_name(name)}'s defaults did not build ({row['error']})"
+              for name, row in rows.items() if row.get("error")]
+    text = ", ".join(parts) + (" (timed side by side)" if parts else "")
+    return "; ".join(x for x in [text, *failed] if x)
