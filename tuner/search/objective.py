@@ -16,6 +16,7 @@ from ..errors import Terminated
 from ..machine import same_machine
 from ..measure.guard import BaselineBand
 from ..record import BUILD_KEY, CONFIG, FAIL_REASON, LOCK_WAIT_S, MACHINE, REUSED_FROM, TrialRecord
+from .attrs import set_user_attrs
 from .failures import BUILD_CONSTRAINT, KNOWN_FAILURE, is_deterministic, is_timing_timeout, known_failure, record_failure
 from .samplers import grid_space
 from .settings import StudySettings
@@ -78,9 +79,7 @@ class Objective:
         config = normalize(ctx.problem.space, trial_chooser(trial, self.grid_names), ctx.problem.graph_nodes,
                            ctx.settings.rankings)
         key = build_key(ctx.settings, config)
-        trial.set_user_attr(CONFIG, config)
-        trial.set_user_attr(BUILD_KEY, key)
-        trial.set_user_attr(MACHINE, ctx.settings.machine)
+        set_user_attrs(trial, {CONFIG: config, BUILD_KEY: key, MACHINE: ctx.settings.machine})
         done = ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))  # read once per trial
         prior = self._completed_with(done, key, trial.number)
         if prior is not None:
@@ -120,8 +119,7 @@ class Objective:
         raise optuna.TrialPruned(f"this route failed to build in trial {seen['trial']}: {seen['reason']}")
 
     def _report(self, trial: optuna.Trial, rec: TrialRecord):
-        for k, v in rec.to_attrs().items():
-            trial.set_user_attr(k, v)
+        set_user_attrs(trial, rec.to_attrs())
         for bound, value in rec.violations.items():
             trial.set_constraint(bound, value)
         error = min(float(rec.metrics.get(self.ctx.problem.requirement.primary_metric, 1e30)), 1e30)
