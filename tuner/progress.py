@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from optuna.trial import TrialState
 
-from .record import LOCK_WAIT_S
+from .record import BASELINE, LOCK_WAIT_S
 from .search.trials import baseline_trial, best_feasible, disturbed, is_feasible, latency_of, speedup_of, was_busy
 
 LINE_WIDTH = 119  # a trial line fits a terminal; the study's log file has every detail
@@ -35,7 +35,8 @@ def trial_state(trial, base, full: bool = False) -> str:
         if "reused_from" in trial.user_attrs:
             return f"reused #{trial.user_attrs['reused_from']:d}"
         up = speedup_of(trial, base)
-        speed = f"{up:.2f}x " if up else ""
+        # the baseline against itself reads 1.00x but for noise: it is the unit, not a result
+        speed = "baseline " if trial.user_attrs.get(BASELINE) else f"{up:.2f}x " if up else ""
         return (f"{speed}{latency_of(trial):.2f} ms, {'feasible' if is_feasible(trial) else 'infeasible'}"
                 + _flags(trial))
     state = trial.state.name.lower()
@@ -97,7 +98,8 @@ class TrialProgress:
             best_txt = "no feasible yet"
         else:
             up = speedup_of(best, base)
-            best_txt = f"best {up:.2f}x #{best.number}" if up else f"best {latency_of(best):.2f} ms #{best.number}"
+            best_txt = (f"best: the baseline #{best.number}" if best.user_attrs.get(BASELINE) else
+                        f"best {up:.2f}x #{best.number}" if up else f"best {latency_of(best):.2f} ms #{best.number}")
         busy = sum(1 for t in done if was_busy(t))
         busy_txt = f", {busy} busy" if busy else ""
         return f"{best_txt} | {feasible} feasible, {len(done) - feasible} infeasible, {failed} failed{busy_txt}"

@@ -77,6 +77,7 @@ def test_a_trial_line_fits_a_terminal_and_says_the_speedup(tmp_path, capsys):
         progress(study, t)
     lines = capsys.readouterr().err.splitlines()
     assert all(len(line) <= 119 for line in lines)
+    assert "trial 0 (1/3) baseline 13.97 ms, feasible | best: the baseline #0" in lines[0]
     assert "trial 1 (2/3) 2.00x 7.60 ms, feasible | best 2.00x #1" in lines[1]
     assert lines[2].endswith("...") and (" a very long reason" * 20) in log.read_text()
 
