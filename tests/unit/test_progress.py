@@ -77,7 +77,7 @@ def test_a_trial_line_fits_a_terminal_and_says_the_speedup(tmp_path, capsys):
         progress(study, t)
     lines = capsys.readouterr().err.splitlines()
     assert all(len(line) <= 119 for line in lines)
-    assert "trial 0 (1/3) baseline 13.97 ms, feasible | best: the baseline #0" in lines[0]
+    assert "trial 0 (1/3) baseline 13.97 ms, feasible | best 2.00x #1" in lines[0]  # the study holds all three
     assert "trial 1 (2/3) 2.00x 7.60 ms, feasible | best 2.00x #1" in lines[1]
     assert lines[2].endswith("...") and (" a very long reason" * 20) in log.read_text()
 
@@ -95,3 +95,12 @@ def test_an_analysis_logs_one_line_per_stage_not_per_step():
     assert said == ["sensitivity 1/32: block0/attn", "greedy: 0 most sensitive in float", "groups: sensitivity 1/4: block0"]
     progress_printer(quiet=True, log_lines=True, terminal=False, say=said.append)("sensitivity 1/32: x")
     assert len(said) == 3  # quiet: nothing
+
+
+def test_a_baseline_that_is_the_best_so_far_is_called_the_baseline():
+    import optuna
+
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={"baseline": True, "latency": {"median_ms": 13.97},
+                                                                      "relative": {"ratio": 1.07}}))
+    assert TrialProgress(3, None, live=False, quiet=True).summary(study).startswith("best: the baseline #0 |")
