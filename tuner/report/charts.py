@@ -134,9 +134,11 @@ def pareto_figure(study) -> go.Figure:
     if view.bounds:
         metric, limit = view.bounds[0]
         pad = (max(lats) - min(lats)) * 0.05 or max(lats) * 0.05
+        ends = ([min(lats) / 1.2, max(lats) * 1.2] if latency_scale(lats) == "log"  # a log axis has no x <= 0
+                else [min(lats) - pad, max(lats) + pad])
         y_limit = max(limit, floor) if floor is not None else limit  # a limit of 0 sits on the zero line
         fig.add_trace(go.Scatter(
-            x=[min(lats) - pad, max(lats) + pad], y=[y_limit, y_limit], mode="lines",
+            x=ends, y=[y_limit, y_limit], mode="lines",
             line={"color": "crimson", "dash": "dash"}, name=f"requirement {metric}<={limit:g}",
             hoverinfo="name", meta={"role": "requirement", "metric": metric, "limit": limit}))
     # The winner is drawn first and smaller, the baseline hollow and larger on top of it: where they
@@ -165,6 +167,7 @@ def pareto_figure(study) -> go.Figure:
                 f"{view.requirement or 'the requirement'}, so there is no Pareto front and no winner.")
         fig.add_annotation(text=note, showarrow=False, xref="paper", yref="paper", x=0.5, y=1.0, yanchor="bottom",
                            font={"size": 13, "color": "crimson"})
+    fig.update_xaxes(type=latency_scale(lats))
     fig.update_layout(title=title, xaxis_title=view.latency_label,
                       yaxis_title=f"{view.primary_metric} error" + (" (log scale)" if yscale == "log" else ""),
                       yaxis_type=yscale, height=560, hovermode="closest", legend={"itemsizing": "constant"},
@@ -230,6 +233,16 @@ def _add_confirmed(fig: go.Figure, view: StudyView, y_of) -> None:
             marker={"symbol": "x", "size": 14, "color": "grey"}, meta={"role": "contradicted"}))
 
 
+LOG_SPAN = 20.0  # latencies this many times apart are drawn on a log axis, or one slow engine flattens the rest
+
+
+def latency_scale(latencies: list[float]) -> str:
+    """'log' where the latencies span LOG_SPAN or more (one engine 800x the baseline left every other point
+    at the left edge of the demo's chart), else 'linear'."""
+    finite = [v for v in latencies if math.isfinite(v) and v > 0]
+    return "log" if finite and max(finite) / min(finite) >= LOG_SPAN else "linear"
+
+
 def _zero_line_ticks(floor: float, top: float) -> dict:
     """Log-axis ticks: the floor (where exact zeros are drawn) labelled 0, then each power of ten above it."""
     vals, texts = [floor], ["0"]
@@ -283,7 +296,7 @@ def history_figure(study) -> go.Figure:
                       annotation_text=f"baseline {view.latency_text(base)}", annotation_position="top right")
     fig.update_xaxes(title_text="trial number", row=1, col=1)
     fig.update_xaxes(title_text="minutes since the first trial started", row=1, col=2)
-    fig.update_yaxes(title_text=view.latency_label, row=1, col=1)
+    fig.update_yaxes(title_text=view.latency_label, row=1, col=1, type=latency_scale([view.latency(t) for t in done]))
     fig.update_layout(title=title, height=450, hovermode="closest")
     return fig
 

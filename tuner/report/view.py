@@ -87,6 +87,8 @@ class StudyView:
 
     def latency_text(self, t: FrozenTrial) -> str:
         """A search figure as every output writes it: the speedup over the baseline, milliseconds beside it."""
+        if t.user_attrs.get("baseline"):  # timed against itself it reads 0.93x or 1.07x: noise, not a result
+            return f"the baseline ({latency_of(t):.3f} ms)"
         up = speedup_of(t, self.baseline)
         return f"{up:.2f}x the baseline ({latency_of(t):.3f} ms)" if up else f"{latency_of(t):.3f} ms"
 

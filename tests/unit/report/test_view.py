@@ -28,3 +28,11 @@ def test_the_report_says_what_the_winner_computed_in_and_its_speed_over_each_run
                                    "level all; 24 of 32 matrix ops quantized)")
     assert rows["against each runtime's defaults"] == "0.41x OpenVINO's defaults, 1.03x ONNX Runtime's (timed side by side)"
     assert rows["baseline"].endswith("precision fp32")  # a trial measured before engines said what they ran
+
+
+def test_latencies_far_apart_are_drawn_on_a_log_axis():
+    from tuner.report.charts import LOG_SPAN, latency_scale
+
+    assert latency_scale([0.25, 0.3, 1.0]) == "linear"
+    assert latency_scale([0.25, 0.3, 0.25 * LOG_SPAN]) == "log"  # one engine 800x the baseline flattened the rest
+    assert latency_scale([float("inf"), 0.3, 0.0]) == "linear" and latency_scale([]) == "linear"
