@@ -91,8 +91,11 @@ def holds_no_study(path: str) -> bool:
     """A SQLite or journal file with no study in it (an empty journal, or no row in Optuna's studies table)."""
     if not os.path.isfile(path) or os.path.getsize(path) == 0:
         return True
-    if "studies" not in (_sqlite_tables(path) or set()):
-        return _sqlite_tables(path) is not None  # a SQLite file with no tables yet; a journal with lines has one
+    tables = _sqlite_tables(path)
+    if tables is None:  # not SQLite: a journal with lines has a study
+        return False
+    if "studies" not in tables:  # a SQLite file with no tables yet
+        return True
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         return con.execute("SELECT COUNT(*) FROM studies").fetchone()[0] == 0

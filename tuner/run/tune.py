@@ -133,6 +133,7 @@ def tune_study(opts: TuneOptions) -> TuneResult:
 def describe_result(result: TuneResult) -> list[str]:
     """The closing lines of `tune` and `select`."""
     study, winner = result.study, result.winner
+    trials = study.get_trials(deepcopy=False)  # read once: every line of the same moment
     lines = []
     if winner:
         lat = winner["confirmed_latency"]
@@ -153,16 +154,16 @@ def describe_result(result: TuneResult) -> list[str]:
         lines += finalist_lines(winner)
     elif study.user_attrs.get("winner", False) is None:  # selection ran and found nothing feasible
         best = study.user_attrs.get("best_effort")
-        lines.append(("no trial meets the requirement" if completed(study) else "no winner: no trial completed") + (
+        lines.append(("no trial meets the requirement" if completed(trials) else "no winner: no trial completed") + (
             f"; closest: trial {best['trial']} (violations {best['violations']}), export it with --best-effort" if best else ""))
     else:
         lines.append(f"no winner selected yet: tuner select --study {study.study_name}")
-    bf = best_feasible(study)
+    bf = best_feasible(trials)
     if bf is not None and (not winner or bf.number != winner["trial"]):
-        up = speedup_of(bf, baseline_trial(study))
+        up = speedup_of(bf, baseline_trial(trials))
         lines.append(f"fastest feasible in the search: trial {bf.number}, "
                      + (f"{up:.2f}x the baseline ({latency_of(bf):.2f} ms)" if up else f"{latency_of(bf):.2f} ms"))
-    busy = sum(1 for t in study.get_trials(deepcopy=False) if was_busy(t))
+    busy = sum(1 for t in trials if was_busy(t))
     if busy:
         lines.append(f"warning: {busy} trial(s) were timed while other processes kept the machine busy "
                      f"(tuner status --study {study.study_name} lists them; --when-busy wait holds timings back)")

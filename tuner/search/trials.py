@@ -79,7 +79,7 @@ def study_outcome(study: optuna.Study) -> tuple[int, str | None]:
     """(exit code, why) of a finished run, so a batch script can tell a study that found nothing from one
     that did: 3 when every trial failed, 4 when trials completed but none meets the requirement."""
     trials = study.get_trials(deepcopy=False)
-    done = completed(study)
+    done = completed(trials)
     failed = [t for t in trials if t.state == TrialState.FAIL]
     ended = [t for t in trials if t.state in (TrialState.FAIL, TrialState.PRUNED)]  # pruned: a known failure reused
     if not done and failed:
