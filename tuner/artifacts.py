@@ -163,10 +163,11 @@ def sha256_of(path: str) -> str:
     return h.hexdigest()
 
 
-def pack(folder: str, tar_path: str) -> None:
-    """The files under folder into an uncompressed tar that depends on their names and bytes only."""
+def pack(folder: str, tar_path: str, names: list[str] | None = None) -> None:
+    """The files under folder into an uncompressed tar that depends on their names and bytes only. names:
+    their paths relative to folder, where the caller has them already (file_digests reads every byte)."""
     with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
-        for rel in sorted(file_digests(folder)):
+        for rel in sorted(names if names is not None else file_digests(folder)):
             info = tarfile.TarInfo(rel)
             info.size = os.path.getsize(os.path.join(folder, rel))
             info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = 0, 0o644, 0, 0, "", ""
@@ -199,7 +200,7 @@ def upload_engine(study: optuna.Study, store: StoreRef, engine_dir: str, trial: 
     files = file_digests(engine_dir)
     with tempfile.TemporaryDirectory(prefix="tuner-pack-") as tmp:
         tar = os.path.join(tmp, f"trial-{trial}-{source}-engine.tar")
-        pack(engine_dir, tar)
+        pack(engine_dir, tar, list(files))
         digest, size = sha256_of(tar), os.path.getsize(tar)
         artifact_id = upload_artifact(artifact_store=store.open(), file_path=tar, study_or_trial=study,
                                       mimetype="application/x-tar")

@@ -27,6 +27,7 @@ class Objectives(str, Enum):
 
 # tpe .. grid: Optuna's samplers; fast, full, mixed: TensorRT's tuning strategies (tuner.search.plan_samplers)
 SAMPLERS = ("tpe", "nsga2", "gp", "random", "grid", "fast", "full", "mixed")
+TRIAL_SORTS = ("number", "speed", "error")  # `tuner trials --sort`
 WHEN_BUSY = ("warn", "wait")  # wait: hold a timing back while other processes keep the machine busy
 
 

@@ -10,7 +10,7 @@ import threading
 
 from . import __version__
 from .backends.tensorrt.cli import add_routes_parser
-from .choices import SAMPLERS, WHEN_BUSY, Objectives, Timing, values
+from .choices import SAMPLERS, TRIAL_SORTS, WHEN_BUSY, Objectives, Timing, values
 from .errors import Terminated, UserError
 
 
@@ -306,7 +306,7 @@ def _add_inspect_parsers(sub) -> None:
     p = sub.add_parser("trials", help="one row per trial: state, speedup, ms, error, feasible, route, backend, float "
                                       "layers, fail reason (read-only; Optuna's trials_dataframe with --csv)")
     _add_study_args(p)
-    p.add_argument("--sort", choices=("number", "speed", "error"), default="number",
+    p.add_argument("--sort", choices=TRIAL_SORTS, default="number",
                    help="row order: number (default), speed (fastest first) or error (smallest first); trials "
                         "without a measurement last")
     p.add_argument("--csv", metavar="FILE",

@@ -88,12 +88,12 @@ class TrialProgress:
         if self._progress is not None:
             self._progress.stop()
 
-    def summary(self, study, trials: list | None = None) -> str:
+    def summary(self, study, trials: list | None = None, base=None) -> str:
         trials = study.get_trials(deepcopy=False) if trials is None else trials
         done = [t for t in trials if t.state == TrialState.COMPLETE]
         feasible = sum(1 for t in done if is_feasible(t))
         failed = sum(1 for t in trials if t.state == TrialState.FAIL)
-        best, base = best_feasible(trials), baseline_trial(trials)
+        best, base = best_feasible(trials), base or baseline_trial(trials)
         if best is None:
             best_txt = "no feasible yet"
         else:
@@ -117,8 +117,8 @@ class TrialProgress:
         self.done += 1
         self.waited += float(trial.user_attrs.get(LOCK_WAIT_S, 0.0))
         trials = study.get_trials(deepcopy=False)  # once: every figure of the line from the same moment
-        text = self.summary(study, trials)
         base = baseline_trial(trials)
+        text = self.summary(study, trials, base)
         total = f"/{self.n_trials}" if self.n_trials else ""
         head = f"[{_fmt_s(self._clock() - self.start)} ETA {self._eta()}] trial {trial.number} ({self.done}{total})"
         if self.log_path:

@@ -346,7 +346,8 @@ def layer_map_figure(study, ranks: int = NEAR_FRONT_RANKS) -> go.Figure:
         return note_figure(f"No layer is kept in float by the {len(near)} feasible trials near the front: every "
                            "quantizable layer stays quantized.", title)
     layers = short = list(rates)[::-1]
-    z = [[1 if k in float_layers(t) else 0 for t in near] for k in layers]
+    kept = {t.number: set(float_layers(t)) for t in near}
+    z = [[1 if k in kept[t.number] else 0 for t in near] for k in layers]
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, column_widths=[0.7, 0.3], horizontal_spacing=0.02,
                         subplot_titles=(f"{len(near)} feasible trials near the front", "share kept in float"))
     fig.add_trace(go.Heatmap(z=z, x=[f"#{t.number}" for t in near], y=short, zmin=0, zmax=1, showscale=False,

@@ -22,7 +22,6 @@ from ..search.trials import (
 )
 from .view import StudyView, float_layers, route_of
 
-SORTS = ("number", "speed", "error")
 REASON_CHARS = 60
 
 

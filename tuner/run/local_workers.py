@@ -108,7 +108,8 @@ def _worker_main(url: str, study: str, opts: TuneOptions, index: int, budget: Bu
     end_with_parent(mp.parent_process().pid)  # a worker never outlives the tuning process, even one killed by kill -9
     try:
         # what the user's command allowed, not what the database names now (it may have been rewritten since)
-        allowed = allowed_metrics(opts.allow_metrics, Requirement.parse(opts.require) if opts.require else None)
+        allowed = allowed_metrics(opts.allow_metrics, Requirement.parse(opts.require, load_user_metrics=False)
+                                  if opts.require else None)  # names only: join_study checks them
         ctx, _ = join_study(url, study, worker=index, allow_metrics=allowed)
         trial_loop(ctx, opts, budget, [lambda s, t: done.put(("trial", t.number))])
     except KeyboardInterrupt:

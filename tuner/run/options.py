@@ -61,9 +61,9 @@ class TuneOptions:
                 "ref_outputs": self.ref_outputs}
 
 
-def trials_log(study: str, storage_url: str) -> str:
+def trials_log(study: str, engines: str) -> str:
     """The file that gets every trial's full line (the terminal's are cut short): beside the engines' folder."""
-    return os.path.join(os.path.dirname(engines_dir(study, storage_url)), f"{study}-trials.log")
+    return os.path.join(os.path.dirname(engines) or ".", f"{study}-trials.log")
 
 
 def engines_dir(study: str, storage_url: str, given: str | None = None) -> str:

@@ -12,7 +12,7 @@ from ..progress import TrialProgress
 from .claims import MAX_TRIALS_ATTR, PROTOCOL_ATTR, TrialClaims, budget_counts, worker_name
 from .join import join_study
 from .local_workers import Budget, trial_loop
-from .options import TuneOptions
+from .options import TuneOptions, trials_log
 
 
 def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float | None = None,
@@ -36,8 +36,8 @@ def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float 
                        protocol=protocol, quiet=quiet, progress=not quiet, keep_engines=keep_engines, when_busy=when_busy,
                        engines_dir=engines_dir or os.path.join("tuner-engines", f"{name}-{worker_name().replace(':', '-')}"))
     budget = Budget(n_trials, timeout)
-    log = os.path.join(os.path.dirname(opts.engines_dir) or ".", f"{name}-trials.log")  # this host's full lines
-    with TrialProgress(n_trials, timeout, live=not quiet, quiet=quiet, log_path=log) as progress:
+    with TrialProgress(n_trials, timeout, live=not quiet, quiet=quiet,
+                       log_path=trials_log(name, opts.engines_dir)) as progress:  # this host's full lines
         trial_loop(ctx, opts, budget, [progress], claims=TrialClaims(ctx, budget, other_machine=other))
     trials = ctx.study.get_trials(deepcopy=False)
     finished, running = budget_counts(trials)

@@ -25,7 +25,7 @@ from ..user_paths import check_writable_dir
 from ..winner import select_winner
 from .claims import store_run_settings
 from .local_workers import Budget, StopAfterNoImprovement, run_parallel, trial_loop
-from .options import TuneOptions, trials_log
+from .options import TuneOptions, engines_dir, trials_log
 from .prepare import open_study
 
 
@@ -76,7 +76,7 @@ def run_trials(ctx: StudyContext, opts: TuneOptions) -> int:
     if opts.stop_after_no_improvement:
         callbacks.append(StopAfterNoImprovement(opts.stop_after_no_improvement, budget.stop))
     with TrialProgress(opts.n_trials, opts.timeout, live=opts.progress, quiet=opts.quiet,
-                       log_path=trials_log(opts.study, ctx.url), jobs=opts.jobs) as progress:
+                       log_path=trials_log(opts.study, engines_dir(opts.study, ctx.url)), jobs=opts.jobs) as progress:
         if opts.jobs > 1:
             for error in run_parallel(ctx, opts, opts.jobs, budget, [progress] + callbacks):
                 print(f"tuner: {error}", file=sys.stderr)
