@@ -30,6 +30,7 @@ from optuna.trial import TrialState
 
 from .errors import UserError
 from .storage import local_path
+from .user_paths import dir_bytes
 
 STORE_ATTR = "artifact_store"  # {"url": the --artifacts given (None: the default), "keep_all": --keep-engines}
 ENGINE_PREFIX = "engine_artifact:"  # + artifact id: the record of one uploaded engine, None once removed
@@ -227,6 +228,23 @@ def remove_engines(study: optuna.Study, store: StoreRef, records: list[dict]) ->
     return n
 
 
+def selection_engines(study: optuna.Study) -> list[dict]:
+    """The engines selections uploaded (source SELECTION) that the study still holds, oldest first."""
+    return [r for r in engine_records(study) if r.get("source") == SELECTION]
+
+
+def drop_selection_engines(study: optuna.Study, store: StoreRef | None, keep_all: bool,
+                           records: list[dict] | None = None) -> int:
+    """Remove the engines of earlier selections, no one's once a selection ends (with a winner, its own replace
+    them): `records` (selection_engines as they were before this selection uploaded), None: all the study holds
+    now. Nothing goes where the study keeps every engine (keep_all, --keep-engines) or has no store, and the
+    store is not opened when there is nothing to remove. Returns how many went."""
+    if store is None or keep_all:
+        return 0
+    records = selection_engines(study) if records is None else records
+    return remove_engines(study, store, records) if records else 0
+
+
 def upload_kept_engines(study: optuna.Study, store: StoreRef) -> list[dict]:
     """Trials tuned with --keep-engines whose engine folder is on this host and not uploaded yet: each
     uploaded as it was timed (source "trial"). Returns the new records."""
@@ -287,7 +305,7 @@ def usage(study: optuna.Study, store: StoreRef | None) -> str:
         return ("artifacts: none - the study is in a database server and has no artifact store "
                 "(tune/select --artifacts DIR_OR_URL keeps the timed engines; export rebuilds)")
     if store.folder is not None and os.path.isdir(store.folder):
-        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(store.folder) for f in fs)
+        size = dir_bytes(store.folder)
     else:
         size = sum(r.get("bytes", 0) for r in recs)
     if not recs and not size:

@@ -91,14 +91,27 @@ def synthetic_batches(
     return batches
 
 
-def load_npz_batches(path: str, specs: list[TensorSpec]) -> list[Batch]:
-    """An .npz with one array per input name; a leading axis of batches (arrays [B, *input_shape])."""
-    check_input_file(path, "data", "pass an .npz with one array per model input")
+def read_npz(path: str, kind: str, hint: str, flag: str = "") -> dict[str, np.ndarray]:
+    """Every array of the .npz a user names (no pickles), for --data, --calib-data and --ref-outputs: a missing
+    file or one numpy cannot read is a UserError (kind, hint: check_input_file's; flag: the message's prefix)."""
+    check_input_file(path, kind, hint)
     try:
         npz = np.load(path, allow_pickle=False)
-        arrays = {k: npz[k] for k in npz.files}
-    except Exception as exc:
-        raise UserError(f"{path}: not a readable .npz file ({type(exc).__name__})") from None
+        return {k: npz[k] for k in npz.files}
+    except Exception as exc:  # noqa: BLE001  whatever numpy makes of a file that is not an .npz
+        raise UserError(f"{flag + ' ' if flag else ''}{path}: not a readable .npz file ({type(exc).__name__})") from None
+
+
+def nonfinite_count(arr: np.ndarray) -> int:
+    """How many of a float array's values are NaN or infinite; 0 for other dtypes."""
+    if not np.issubdtype(arr.dtype, np.floating):
+        return 0
+    return int(arr.size - np.count_nonzero(np.isfinite(arr)))
+
+
+def load_npz_batches(path: str, specs: list[TensorSpec]) -> list[Batch]:
+    """An .npz with one array per input name; a leading axis of batches (arrays [B, *input_shape])."""
+    arrays = read_npz(path, "data", "pass an .npz with one array per model input")
     counts = set()
     for spec in specs:
         if spec.name not in arrays:
@@ -112,8 +125,7 @@ def load_npz_batches(path: str, specs: list[TensorSpec]) -> list[Batch]:
             raise UserError(
                 f"{path}: input {spec.name!r} has shape {list(arr.shape)}; expected [n_batches] + {list(spec.shape)}"
             )
-        if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
-            bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+        if bad := nonfinite_count(arr):
             raise UserError(f"{path}: input {spec.name!r} has {bad} NaN or infinite values of {arr.size}; accuracy "
                             f"against such inputs means nothing: give finite inputs")
         counts.add(arr.shape[0])

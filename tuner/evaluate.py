@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from . import cache
 from .backends.base import Backend, BuildContext, Engine, engine_precision, get_backend
-from .locks import WAITING_FOR_LOCK, default_lock_path, device_lock
+from .locks import WAITING_FOR_LOCK, timing_lock
 from .measure.accuracy import compute_metrics, load_user_metric
 from .measure.guard import BaselineBand, guard_record
 from .measure.latency import LatencyProtocol, measure_latency, sample_ms
@@ -25,6 +25,7 @@ from .problem import Problem
 from .record import TrialRecord
 from .ref_outputs import check_against_engine
 from .reference import reference_outputs
+from .user_paths import dir_bytes
 
 Phase = Callable[[str], None]
 
@@ -87,10 +88,6 @@ def accuracy_within(problem: Problem, engine: Engine, limit_ms: float | None,
     return metrics, per_output, slow_ms
 
 
-def _dir_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
-
-
 RETIMES = 2  # --when-busy wait: a disturbed baseline window is timed again at most this often
 
 
@@ -141,7 +138,7 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
     return TrialRecord(
         config=config, latency=latency.to_dict(), metrics=metrics, per_output=per_output,
         violations=problem.requirement.violations(metrics), feasible=feasible,
-        build_s=build_s, engine_bytes=_dir_bytes(out_dir), backend=f"{backend.name}-{backend.versions()[backend.name]}",
+        build_s=build_s, engine_bytes=dir_bytes(out_dir), backend=f"{backend.name}-{backend.versions()[backend.name]}",
         engine_dir=os.path.abspath(out_dir), timing_window=list(window) if window else None,
         timing="paired" if relative is not None else "alone", relative=relative.to_dict() if relative else None,
         baseline_latency=base_latency.to_dict() if base_latency else None, load=meter.load.to_dict(),
@@ -156,8 +153,7 @@ def _timed(problem: Problem, engine: Engine, base_engine: Engine | None, backend
     (window start, end), times retimed)."""
     call = engine.timed_call(problem.batches[0])
     on_phase(WAITING_FOR_LOCK)
-    holder = f"PID {os.getpid()}" + (f", a trial of study {study}" if study else "")
-    with device_lock(default_lock_path(backend.device), holder, lambda who: on_phase(f"{WAITING_FOR_LOCK}, held by {who}")):
+    with timing_lock(backend.device, on_phase, study, "a trial"):
         if when_busy == "wait":
             wait_quiet(on_phase)
         on_phase("timing")

@@ -15,7 +15,7 @@ from . import cache
 from .backends.base import Engine, engine_precision, get_backend
 from .evaluate import Phase, backend_of, build, check_accuracy, measure, no_phase
 from .isolate import IsolatedRunner
-from .locks import TimingLockWaits, default_lock_path, device_lock
+from .locks import TimingLockWaits, timing_lock
 from .measure.guard import BaselineBand
 from .measure.latency import LatencyProtocol, measure_latency
 from .measure.load import LoadMeter
@@ -71,8 +71,8 @@ def accuracy_job(spec: dict, cache_dir: str, config: dict, protocol: dict | None
             with tempfile.TemporaryDirectory(prefix="tuner-job-base-") as work:
                 base, _, _ = build(problem, baseline, work, lambda p: on_phase(f"baseline {p}"), study=study)
                 try:
-                    on_phase("timing")
-                    with device_lock(default_lock_path(backend.device)):
+                    with timing_lock(backend.device, on_phase, study, "an analysis"):
+                        on_phase("timing")
                         cand, base_stats, rel = measure_paired(engine.timed_call(problem.batches[0]),
                                                                base.timed_call(problem.batches[0]),
                                                                LatencyProtocol(**protocol))
@@ -80,8 +80,8 @@ def accuracy_job(spec: dict, cache_dir: str, config: dict, protocol: dict | None
                     base.close()
             out |= {"median_ms": cand.median_ms, "baseline_ms": base_stats.median_ms, "ratio": rel.ratio}
         elif protocol:
-            on_phase("timing")
-            with device_lock(default_lock_path(backend.device)):
+            with timing_lock(backend.device, on_phase, study, "an analysis"):
+                on_phase("timing")
                 out["median_ms"] = measure_latency(engine.timed_call(problem.batches[0]),
                                                    LatencyProtocol(**protocol)).median_ms
     return out
@@ -107,8 +107,8 @@ def profile_job(spec: dict, cache_dir: str, configs: list[dict], on_phase: Phase
         for i, config in enumerate(configs):
             engine, backend, _ = build(problem, config, os.path.join(work, str(i)), on_phase, study=study)
             try:
-                on_phase("profiling")
-                with device_lock(default_lock_path(backend.device)):
+                with timing_lock(backend.device, on_phase, study, "profile"):
+                    on_phase("profiling")
                     out.append(engine_node_times(backend.name, engine, problem.batches[0],
                                                  os.path.join(work, f"profile-{i}")))
             finally:
@@ -144,8 +144,8 @@ def confirm_job(spec: dict, cache_dir: str, configs: list[dict], baseline: int, 
                 devices.add(backend.device)
             built = [r for r in results if "error" not in r]
             base_at = sum(1 for r in results[:baseline] if "error" not in r)  # the baseline among the built
-            on_phase("timing side by side")
-            with device_lock(default_lock_path(sorted(devices)[0])), LoadMeter() as meter:
+            with timing_lock(sorted(devices)[0], on_phase, study, "selection"), LoadMeter() as meter:
+                on_phase("timing side by side")
                 samples, converged, _ = time_blocks([e.timed_call(problem.batches[0]) for e in engines],
                                                  LatencyProtocol(max_seconds=60.0), baseline=base_at, max_rounds=rounds)
             for r, e in zip(built, engines):  # what each engine timed computes in, asked after the timing
@@ -217,8 +217,8 @@ def verify_job(spec: dict, cache_dir: str, config: dict, baseline: dict, engine_
             on_phase("accuracy check")
             metrics, _ = check_accuracy(problem, engine)
             base_engine, _, _ = build(problem, baseline, os.path.join(work, "defaults"), on_phase, study=study)
-            on_phase("timing")
-            with device_lock(default_lock_path(used.device)), LoadMeter() as meter:
+            with timing_lock(used.device, on_phase, study, "verify"), LoadMeter() as meter:
+                on_phase("timing")
                 cand, base, rel = measure_paired(engine.timed_call(problem.batches[0]),
                                                  base_engine.timed_call(problem.batches[0]),
                                                  LatencyProtocol(**protocol) if protocol else None)

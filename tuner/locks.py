@@ -49,6 +49,17 @@ def device_lock(path: str | None, holder: str = "", on_wait: Callable[[str], Non
 WAITING_FOR_LOCK = "waiting for the timing lock"  # the phase a trial reports while another holds the lock
 
 
+def timing_lock(device: str, on_phase: Callable[[str], None] | None, study: str | None = None,
+                what: str = "a trial") -> contextlib.AbstractContextManager[None]:
+    """device_lock on the device's timing lock (default_lock_path), for every timing: the holder writes
+    "PID n, WHAT of study S" (what: "a trial", "selection", "verify", ...), and one that must wait reports
+    the phase f"{WAITING_FOR_LOCK}, held by HOLDER" through on_phase (TimingLockWaits reads it; None: not
+    reported)."""
+    holder = f"PID {os.getpid()}" + (f", {what} of study {study}" if study else f", {what}")
+    on_wait = None if on_phase is None else (lambda who: on_phase(f"{WAITING_FOR_LOCK}, held by {who}"))
+    return device_lock(default_lock_path(device), holder, on_wait)
+
+
 class TimingLockWaits:
     """The parent's view of its trials' waits for the timing lock (their phases, tuner.isolate): says once
     per holder from another study that this study waits, even under --quiet, and adds up the seconds waited

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .data import Batch
+from .data import Batch, nonfinite_count, read_npz
 from .errors import UserError
 from .model import TensorSpec
-from .user_paths import check_input_file
 
 FLAG = "--ref-outputs"
 
@@ -33,12 +32,8 @@ def load_ref_outputs(path: str, outputs: list[TensorSpec], inputs: list[TensorSp
     """The file as one dict of output name -> array per validation batch. The file holds one array per model
     output, leading axis = batches (the --data file's count), the rest the output's shape, of the output's
     dtype, finite; arrays for other names are ignored."""
-    check_input_file(path, "reference outputs", "pass an .npz with one array per model output, leading axis = batches")
-    try:
-        npz = np.load(path, allow_pickle=False)
-        arrays = {k: npz[k] for k in npz.files}
-    except Exception as exc:  # noqa: BLE001  whatever numpy makes of a file that is not an .npz
-        raise UserError(f"{FLAG} {path}: not a readable .npz file ({type(exc).__name__})") from None
+    arrays = read_npz(path, "reference outputs", "pass an .npz with one array per model output, leading axis = batches",
+                      FLAG)
     symbols = _symbols(inputs, shapes)
     for spec in outputs:
         if spec.name not in arrays:
@@ -56,8 +51,7 @@ def load_ref_outputs(path: str, outputs: list[TensorSpec], inputs: list[TensorSp
         if arr.shape[0] != n_batches:
             raise UserError(f"{FLAG} {path}: output {spec.name!r} has {arr.shape[0]} batches (leading axis), --data has "
                             f"{n_batches}; give the outputs of the same validation batches, in order")
-        if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
-            bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+        if bad := nonfinite_count(arr):
             raise UserError(f"{FLAG} {path}: output {spec.name!r} has {bad} NaN or infinite values of {arr.size}; "
                             "errors against such a reference mean nothing: give finite outputs")
     return [{s.name: arrays[s.name][i] for s in outputs} for i in range(n_batches)]

@@ -38,3 +38,12 @@ def check_writable_dir(path: str, flag: str) -> None:
         os.remove(os.path.join(path, ".write-test"))
     except OSError as exc:
         raise UserError(f"{flag} {path}: cannot write there ({exc.strerror or exc}); give a folder you can write to") from None
+
+
+def dir_bytes(path: str) -> int:
+    """The bytes of every file under path (what a folder of engines takes on disk); 0 for a missing folder.
+    What is not a file (a dangling link) counts nothing."""
+    total = 0
+    for root, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files if os.path.isfile(os.path.join(root, f)))
+    return total

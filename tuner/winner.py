@@ -18,10 +18,10 @@ from optuna.trial import TrialState
 from .artifacts import (
     SELECTION,
     StoreRef,
-    engine_records,
+    drop_selection_engines,
     note,
     remember_store,
-    remove_engines,
+    selection_engines,
     upload_engine,
     upload_kept_engines,
 )
@@ -159,10 +159,7 @@ def against_defaults(winner: dict, defaults: dict[str, tuple[Any, dict]], entrie
 
 def _drop_earlier(study: optuna.Study, store: StoreRef | None, keep_all: bool) -> None:
     """No winner now: the engines earlier selections uploaded are no one's any more (unless all are kept)."""
-    if store is not None and not keep_all:
-        earlier = [r for r in engine_records(study) if r.get("source") == SELECTION]
-        if earlier:
-            _upload(lambda: remove_engines(study, store, earlier), "removing the engines of the last selection")
+    _upload(lambda: drop_selection_engines(study, store, keep_all), "removing the engines of the last selection")
 
 
 def _decide(study: optuna.Study, problem: Problem, cands: list, base, entries: list, confirmed_run: dict) -> dict | None:
@@ -222,7 +219,7 @@ def _upload_finalists(study: optuna.Study, store: StoreRef, entries: list, resul
                       keep_all: bool) -> dict[int, dict]:
     """Upload the engines of the finalists that passed the accuracy re-check, as timed; then remove the
     engines of earlier selections (unless the study keeps them all). Returns {trial number: record}."""
-    earlier = [r for r in engine_records(study) if r.get("source") == SELECTION]
+    earlier = selection_engines(study)
     out = {}
     for i, (t, r) in enumerate(zip(entries, results)):
         if r.get("feasible") and "saved" in r and t.number not in out:
@@ -230,8 +227,7 @@ def _upload_finalists(study: optuna.Study, store: StoreRef, entries: list, resul
         elif r.get("save_error"):
             print(f"warning: the engine of trial {t.number} could not be saved after its timing ({r['save_error']})",
                   file=sys.stderr)
-    if not keep_all:
-        remove_engines(study, store, earlier)
+    drop_selection_engines(study, store, keep_all, earlier)
     return out
 
 

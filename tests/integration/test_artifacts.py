@@ -170,6 +170,22 @@ def test_a_new_selection_replaces_the_last_ones_engines_unless_all_are_kept(tmp_
     assert artifacts.engine_of(study, {"trial": 3}) == trial  # no selection's engine of it: the kept one
 
 
+def test_drop_selection_engines_removes_the_selections_engines_only_where_they_are_no_ones(tmp_path):
+    study = optuna.create_study(study_name="s", storage=open_storage(f"sqlite:///{tmp_path}/s.db"))
+    store = artifacts.resolve_store(study)
+    assert artifacts.drop_selection_engines(study, store, False) == 0 and not os.path.exists(store.url)  # not opened
+    _fake_engine(tmp_path / "sel", b"sel")
+    _fake_engine(tmp_path / "kept", b"trial")
+    sel = artifacts.upload_engine(study, store, str(tmp_path / "sel"), 1, artifacts.SELECTION, "model.onnx")
+    kept = artifacts.upload_engine(study, store, str(tmp_path / "kept"), 1, artifacts.TRIAL)
+    assert artifacts.selection_engines(study) == [sel]
+    assert artifacts.drop_selection_engines(study, store, True) == 0  # --keep-engines: all kept
+    assert artifacts.drop_selection_engines(study, None, False) == 0  # no store
+    assert artifacts.drop_selection_engines(study, store, False, []) == 0  # none listed before: none go
+    assert artifacts.drop_selection_engines(study, store, False) == 1
+    assert artifacts.engine_records(study) == [kept] and os.listdir(store.url) == [kept["id"]]
+
+
 def test_a_given_store_is_stored_in_the_study_and_a_command_can_read_elsewhere(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     url = f"sqlite:///{tmp_path}/s.db"

@@ -34,10 +34,11 @@ class MetricSource:
         return source_hash(self.path)
 
 
-def source_hash(path: str) -> str:
-    """The sha256 of a metric's source file, as a study stores it."""
+def source_hash(path: str, length: int | None = None) -> str:
+    """The sha256 (hex) of a file a study pins, as it stores it: a metric's source in full, its first `length`
+    characters where given (a space file's, 16: search.settings.file_hash)."""
     with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+        return hashlib.sha256(f.read()).hexdigest()[:length]
 
 
 def split_spec(spec: str) -> tuple[str, str]:

@@ -13,15 +13,9 @@ from ..search.failures import learnt_failures
 from ..search.settings import SETTINGS_ATTR, readable_settings
 from ..search.trials import baseline_trial, best_feasible, is_feasible, latency_of, speedup_of, was_busy, work_line
 from ..storage import local_path
+from ..user_paths import dir_bytes
 from .as_run import precision_text, vs_defaults_text
 from .variants import rankings_lines
-
-
-def _dir_bytes(path: str) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        total += sum(os.path.getsize(os.path.join(root, f)) for f in files if os.path.isfile(os.path.join(root, f)))
-    return total
 
 
 def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) -> list[str]:
@@ -81,7 +75,7 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
     if path and os.path.isfile(path):
         disk.append(f"database {os.path.getsize(path) / 1e6:.1f} MB")
     if engines_dir and os.path.isdir(engines_dir):
-        disk.append(f"engines {_dir_bytes(engines_dir) / 1e6:.1f} MB in {engines_dir}")
+        disk.append(f"engines {dir_bytes(engines_dir) / 1e6:.1f} MB in {engines_dir}")
     if disk:
         lines.append("disk: " + ", ".join(disk))
     lines.append(artifacts_usage(study, resolve_store(study)))

@@ -4,7 +4,6 @@ stored study (`from_attrs`), and stored as the study's user attr `tuner_settings
 resume merges the two, and the checks that the study's files are still its files."""
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Iterable
@@ -14,7 +13,7 @@ from typing import Any
 from .. import __version__
 from ..choices import SAMPLERS, Objectives, Timing, values
 from ..errors import UserError
-from ..measure.metric_source import locate_metric, split_spec
+from ..measure.metric_source import locate_metric, source_hash, split_spec
 from ..measure.requirement import Requirement
 from ..model import model_hash
 from ..problem import ProblemSpec
@@ -30,8 +29,8 @@ SPEC_KEYS = ("model_path", "space_path", "data", "calib_data", "shapes", "int_ra
 
 
 def file_hash(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
+    """A space file's hash as a study stores it (space_hash): its sha256's first 16 hex."""
+    return source_hash(path, 16)
 
 
 def _abs(path: str | None) -> str | None:

@@ -137,3 +137,15 @@ def test_a_malformed_spec_is_refused(spec):
 def test_reports_read_a_stored_requirement_without_looking_for_its_metrics():
     req = Requirement.parse("no_such_module_xyz:score<=1", load_user_metrics=False)
     assert req.user_metrics() == ["no_such_module_xyz:score"]
+
+
+def test_source_hash_is_the_files_sha256_whole_or_its_first_characters(tmp_path):
+    import hashlib
+
+    from tuner.search.settings import file_hash
+
+    path = tmp_path / "m.py"
+    path.write_bytes(b"def score(outputs, refs, inputs):\n    return 0.0\n")
+    full = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert source_hash(str(path)) == full  # a metric's source, as studies store it
+    assert source_hash(str(path), 16) == file_hash(str(path)) == full[:16]  # a space file's (space_hash)
