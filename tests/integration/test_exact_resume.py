@@ -86,7 +86,7 @@ def run_process(url: str, sampler: str, seed: int | None, stop_at: int | None, h
     recover_stale_trials(study)
     enqueue_initial(ctx, [])
     engines = os.path.join(os.path.dirname(url.removeprefix("sqlite:///")), "engines")
-    objective = Objective(ctx, Evaluator(study, stop_at, how), engines_dir=engines)
+    objective = Objective(ctx, Evaluator(study, stop_at, how), engines_dir=engines, trial_attrs={"worker": "w1"})
     while sum(1 for t in study.get_trials(deepcopy=False) if not is_lost(t)) < N_TRIALS:
         study.optimize(objective, n_trials=1, catch=(TrialFailure,))
 
@@ -132,6 +132,7 @@ def test_a_stopped_and_resumed_study_proposes_what_a_straight_run_does(tmp_path,
     for number, (a, b) in enumerate(zip(got, want)):
         assert a == b, f"trial {number} differs"
     assert len({str(p) for p, _, _, _ in want}) > N_TRIALS // 2  # a search, not one config over and over
+    assert {t.user_attrs.get("worker") for t in study.trials if not is_lost(t)} == {"w1"}  # what each trial records
 
 
 if __name__ == "__main__":

@@ -264,7 +264,7 @@ def test_calibration_ranges_are_stored_in_the_study_and_reused(work, tmp_path, d
     path = cache.cache_path(key[len(CALIB_PREFIX):])
     assert open(path).read() == text
     os.remove(path)  # another host: an empty cache
-    download_calibration(result.study)
+    download_calibration(result.study.user_attrs)
     assert open(path).read() == text
 
 

@@ -26,7 +26,7 @@ from ..errors import UserError
 from ..machine import machine_id
 from ..measure.latency import LatencyProtocol
 from ..proxy_client import GRPC_PREFIX, ProxyClaimLock
-from ..record import BASELINE, BASELINE_MACHINE, MACHINE, RETRY_OF, WORKER
+from ..record import BASELINE, BASELINE_MACHINE, MACHINE, RETRY_OF
 from ..search.enqueue import baseline_params
 from ..storage import local_path
 
@@ -153,6 +153,8 @@ class TrialClaims:
         # behind a `tuner proxy` (grpc://): the proxy holds the same database lock for this worker
         self.lock = (ProxyClaimLock if ctx.url.startswith(GRPC_PREFIX) else ClaimLock)(ctx.url, ctx.study.study_name)
         self.mid = machine_id(ctx.settings.machine)
+        self.study_attrs: dict = {}
+        self.uploaded: set[str] = set()  # calibration keys this worker knows the study holds
 
     def _stopped(self) -> bool:
         return self.budget is not None and self.budget.stopped()
@@ -165,7 +167,8 @@ class TrialClaims:
             self.lock.acquire()
             try:
                 optuna.storages.fail_stale_trials(study)
-                limit = study.user_attrs.get(MAX_TRIALS_ATTR)
+                self.study_attrs = study.user_attrs  # the trial's one read of them (wrap: the calibration ranges)
+                limit = self.study_attrs.get(MAX_TRIALS_ATTR)
                 if limit is None and not self.other_machine:
                     return True  # no study-wide budget: nothing to count
                 trials = study.get_trials(deepcopy=False)
@@ -199,35 +202,41 @@ class TrialClaims:
 
     def wrap(self, objective):
         def run(trial: optuna.Trial):
-            trial.set_user_attr(WORKER, worker_name())
             self.lock.release()  # the trial exists and is RUNNING: the next claim counts it
-            download_calibration(self.ctx.study)
+            self.uploaded |= download_calibration(self.study_attrs)
             try:
                 return objective(trial)
             finally:
-                upload_calibration(self.ctx.study, self.ctx.problem.calib_key)
+                self.uploaded |= upload_calibration(self.ctx.study, self.ctx.problem.calib_key, self.uploaded)
         return run
 
 
 # ---------------------------------------------------------------- shared calibration ranges
 
 
-def download_calibration(study: optuna.Study) -> None:
-    """Write the study's stored calibration ranges into the local cache (int8-static reads them)."""
-    for key, text in study.user_attrs.items():
+def download_calibration(study_attrs: dict) -> set[str]:
+    """Write the calibration ranges among the study's user attributes into the local cache (int8-static reads
+    them). Returns their keys."""
+    keys = {key for key in study_attrs if key.startswith(CALIB_PREFIX)}
+    for key in keys:
         name = key[len(CALIB_PREFIX):]
-        if key.startswith(CALIB_PREFIX) and not os.path.isfile(cache.cache_path(name)):
-            cache.write_text(name, text)
+        if not os.path.isfile(cache.cache_path(name)):
+            cache.write_text(name, study_attrs[key])
+    return keys
 
 
-def upload_calibration(study: optuna.Study, calib_key: str) -> None:
-    """Store calibration ranges computed here once per cache key, for every other worker."""
+def upload_calibration(study: optuna.Study, calib_key: str, known: set[str] = frozenset()) -> set[str]:
+    """Store calibration ranges computed here once per cache key, for every other worker. `known`: keys the
+    study is known to hold (the study is read only when a local range is not among them). Returns the keys
+    the study holds of this worker's ranges."""
+    keys = {CALIB_PREFIX + os.path.basename(p) for p in glob.glob(cache.cache_path(f"calib-{calib_key}-*.json"))}
+    if keys <= known:
+        return keys
     stored = study.user_attrs
-    for path in glob.glob(cache.cache_path(f"calib-{calib_key}-*.json")):
-        key = CALIB_PREFIX + os.path.basename(path)
-        if key not in stored:
-            with open(path) as f:
-                study.set_user_attr(key, f.read())
+    for key in keys - stored.keys():
+        with open(cache.cache_path(key[len(CALIB_PREFIX):])) as f:
+            study.set_user_attr(key, f.read())
+    return keys
 
 
 def store_run_settings(study: optuna.Study, max_trials: int | None, protocol: LatencyProtocol | None) -> None:

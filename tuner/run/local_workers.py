@@ -20,12 +20,13 @@ from ..isolate import TrialFailure
 from ..jobs import Evaluator
 from ..measure.requirement import Requirement
 from ..orphans import end_with_parent
+from ..record import WORKER
 from ..search.enqueue import baseline_config
 from ..search.objective import Objective
 from ..search.settings import allowed_metrics
 from ..search.study import StudyContext
 from ..search.trials import is_feasible, speed_key
-from .claims import TrialClaims
+from .claims import TrialClaims, worker_name
 from .join import join_study
 from .options import TuneOptions, engines_dir
 
@@ -87,7 +88,8 @@ def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: 
     # crashes or hangs still fails alone, and the next one starts a fresh child.
     evaluator = Evaluator(ctx.problem.spec, opts.trial_timeout, opts.protocol, persistent=True, study=ctx.study.study_name,
                           baseline=baseline_config(ctx) if paired else None, when_busy=opts.when_busy)
-    objective = Objective(ctx, evaluator, engines_dir(ctx.study.study_name, ctx.url, opts.engines_dir), opts.keep_engines)
+    objective = Objective(ctx, evaluator, engines_dir(ctx.study.study_name, ctx.url, opts.engines_dir), opts.keep_engines,
+                          trial_attrs={WORKER: worker_name()})
     claims = claims or TrialClaims(ctx, budget)
     exhausted = getattr(ctx.study.sampler, "is_exhausted", None)  # the grid sampler's end
     try:

@@ -1,29 +1,45 @@
-"""A trial's user attributes written in one transaction.
+"""A trial's record (user attributes and constraints) written in one transaction.
 
-Optuna writes each user attribute in a transaction of its own: a trial's record (latency, metrics, load,
-config, ...) took some 19 of them, about 27 ms a trial on SQLite, most of the tuner's own cost per trial
-(bench/soak_bench.py). On an RDB storage the attributes go in one transaction through RDBStorage's own
-per-attribute write (`_set_trial_attr_without_commit`, Optuna 5.1); any other storage gets Optuna's calls.
+Optuna writes each user attribute in a transaction of its own, and each constraint in two calls (a read of the
+trial's system attributes, then the write): a trial's record (latency, metrics, load, config, the requirement's
+bounds, ...) took some 20 of them, about 27 ms a trial on SQLite, most of the tuner's own cost per trial
+(bench/soak_bench.py). On an RDB storage they go in one transaction through RDBStorage's own per-attribute
+write (`_set_trial_attr_without_commit`, Optuna 5.1), the constraints under Optuna's own key
+(`constraints:NAME`, what Trial.set_constraint writes); any other storage gets Optuna's calls.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import optuna
 from optuna.storages._rdb import models
 from optuna.storages._rdb.storage import _create_scoped_session
+from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 
 
-def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
-    """trial.set_user_attr for each item, in one transaction where the storage is a database."""
+def write_trial(trial: optuna.Trial, attrs: dict[str, Any], constraints: dict[str, float] | None = None) -> None:
+    """trial.set_user_attr for each of attrs and trial.set_constraint for each of constraints, in one
+    transaction where the storage is a database."""
+    constraints = {bound: float(value) for bound, value in (constraints or {}).items()}
+    for bound, value in constraints.items():
+        if math.isnan(value):
+            raise ValueError(f"constraint {bound!r} is NaN")
     storage = trial.storage
     backend = getattr(storage, "_backend", storage)  # optuna wraps an RDBStorage in a _CachedStorage
     write = getattr(backend, "_set_trial_attr_without_commit", None)
-    if not isinstance(backend, optuna.storages.RDBStorage) or write is None or len(attrs) < 2:
+    if not isinstance(backend, optuna.storages.RDBStorage) or write is None or len(attrs) + len(constraints) < 2:
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
+        for bound, value in constraints.items():
+            trial.set_constraint(bound, value)
         return
+    system = {f"{_CONSTRAINTS_KEY}:{bound}": value for bound, value in constraints.items()}
     with _create_scoped_session(backend.scoped_session, True) as session:
         for key, value in attrs.items():
             write(session, models.TrialUserAttributeModel, trial._trial_id, key, value)
-    trial._cached_frozen_trial.user_attrs.update(attrs)  # what trial.set_user_attr keeps in step
+        for key, value in system.items():
+            write(session, models.TrialSystemAttributeModel, trial._trial_id, key, value)
+    # what trial.set_user_attr and set_constraint keep in step
+    trial._cached_frozen_trial.user_attrs.update(attrs)
+    trial._cached_frozen_trial.system_attrs.update(system)

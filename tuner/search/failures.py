@@ -30,8 +30,9 @@ def is_timing_timeout(failure: Exception) -> bool:
     return getattr(failure, "kind", None) == "timeout" and getattr(failure, "phase", "") == "timing"
 
 
-def known_failure(study: optuna.Study, choice: dict) -> dict | None:
-    return study.user_attrs.get(PREFIX + failure_key(choice))
+def known_failure(study_attrs: dict, choice: dict) -> dict | None:
+    """The failure recorded for this choice, from the study's user attributes (read once by the caller)."""
+    return study_attrs.get(PREFIX + failure_key(choice))
 
 
 def record_failure(study: optuna.Study, choice: dict, trial_number: int, reason: str) -> None:

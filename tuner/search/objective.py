@@ -16,12 +16,12 @@ from ..errors import Terminated
 from ..machine import same_machine
 from ..measure.guard import BaselineBand
 from ..record import BUILD_KEY, CONFIG, FAIL_REASON, LOCK_WAIT_S, MACHINE, REUSED_FROM, TrialRecord
-from .attrs import set_user_attrs
+from .attrs import write_trial
 from .failures import BUILD_CONSTRAINT, KNOWN_FAILURE, is_deterministic, is_timing_timeout, known_failure, record_failure
 from .samplers import grid_space
 from .settings import StudySettings
 from .study import StudyContext
-from .trials import disturbed, is_feasible, is_trusted, relative_of
+from .trials import disturbed, is_feasible, is_trusted, relative_of, trials_of_this_trial
 
 GIVE_UP = 1.5  # a candidate known to be this much slower than the best feasible so far is not timed on
 
@@ -59,8 +59,10 @@ def build_key(settings: StudySettings, config: dict) -> str:
 class Objective:
     """Called by Optuna once per trial. A failure (TrialFailure from the evaluator) fails only the trial."""
 
-    def __init__(self, ctx: StudyContext, evaluator: CandidateEvaluator, engines_dir: str, keep_engines: bool = False):
+    def __init__(self, ctx: StudyContext, evaluator: CandidateEvaluator, engines_dir: str, keep_engines: bool = False,
+                 trial_attrs: dict | None = None):
         self.ctx = ctx
+        self.trial_attrs = trial_attrs or {}  # what every trial of this worker records (who ran it)
         self.evaluator = evaluator
         self.engines_dir = engines_dir
         self.keep_engines = keep_engines
@@ -79,14 +81,15 @@ class Objective:
         config = normalize(ctx.problem.space, trial_chooser(trial, self.grid_names), ctx.problem.graph_nodes,
                            ctx.settings.rankings)
         key = build_key(ctx.settings, config)
-        set_user_attrs(trial, {CONFIG: config, BUILD_KEY: key, MACHINE: ctx.settings.machine})
-        done = ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))  # read once per trial
+        write_trial(trial, {**self.trial_attrs, CONFIG: config, BUILD_KEY: key, MACHINE: ctx.settings.machine})
+        done = trials_of_this_trial(ctx.study, (TrialState.COMPLETE,))  # the read the sampler made for this trial
         prior = self._completed_with(done, key, trial.number)
         if prior is not None:
-            trial.set_user_attr(REUSED_FROM, prior.user_attrs.get(REUSED_FROM, prior.number))
-            return self._report(trial, TrialRecord.from_trial(prior).copied())
+            reused = {REUSED_FROM: prior.user_attrs.get(REUSED_FROM, prior.number)}
+            return self._report(trial, TrialRecord.from_trial(prior).copied(), reused)
         choice = route_choice(ctx.problem.space, config)
-        seen = known_failure(ctx.study, choice) or known_failure(ctx.study, config)
+        study_attrs = ctx.study.user_attrs  # one read for both lookups
+        seen = known_failure(study_attrs, choice) or known_failure(study_attrs, config)
         if seen is not None:
             self._prune_known_failure(trial, seen)
         out_dir = os.path.join(self.engines_dir, f"trial-{trial.number}")
@@ -112,16 +115,12 @@ class Objective:
 
     def _prune_known_failure(self, trial: optuna.Trial, seen: dict):
         """Not built again: pruned, and infeasible by every bound (TPE then ranks it last)."""
-        trial.set_user_attr(KNOWN_FAILURE, seen)
-        for bound in self.ctx.problem.requirement.violations({}):
-            trial.set_constraint(bound, 1e30)
-        trial.set_constraint(BUILD_CONSTRAINT, 1.0)
+        bounds = dict.fromkeys(self.ctx.problem.requirement.violations({}), 1e30)
+        write_trial(trial, {KNOWN_FAILURE: seen}, bounds | {BUILD_CONSTRAINT: 1.0})
         raise optuna.TrialPruned(f"this route failed to build in trial {seen['trial']}: {seen['reason']}")
 
-    def _report(self, trial: optuna.Trial, rec: TrialRecord):
-        set_user_attrs(trial, rec.to_attrs())
-        for bound, value in rec.violations.items():
-            trial.set_constraint(bound, value)
+    def _report(self, trial: optuna.Trial, rec: TrialRecord, extra_attrs: dict | None = None):
+        write_trial(trial, rec.to_attrs() | (extra_attrs or {}), rec.violations)
         error = min(float(rec.metrics.get(self.ctx.problem.requirement.primary_metric, 1e30)), 1e30)
         # Paired timing: the objective is the latency relative to the baseline timed in the same window; a
         # window whose baseline fell above its band scores the candidate against the band's median instead.

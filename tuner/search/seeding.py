@@ -26,6 +26,7 @@ from optuna.samplers._lazy_random_state import LazyRandomState
 from optuna.trial import FrozenTrial, TrialState
 
 from ..record import FAIL_REASON, RETRY_OF
+from .trials import trials_of_this_trial
 
 # The end of the fail reason of a trial that a stop (Ctrl-C, SIGTERM: search.objective.Objective) or the
 # death of its process (SIGKILL, a reboot: run.tune.recover_stale_trials) ended, not its config.
@@ -54,7 +55,7 @@ def retry_of(trial: FrozenTrial) -> int | None:
 def trial_slot(study: optuna.Study, trial: FrozenTrial) -> int:
     """The trial's number less the lost trials before it (a retried failure counts as lost): the index a
     run straight through gives it."""
-    trials = study.get_trials(deepcopy=False)
+    trials = trials_of_this_trial(study)
     retried = {retry_of(t) for t in trials}
     return trial.number - sum(1 for t in trials if t.number < trial.number and t.state == TrialState.FAIL
                               and (is_lost(t) or t.number in retried))

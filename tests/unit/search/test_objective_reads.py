@@ -1,0 +1,89 @@
+"""What the objective adds to the storage calls Optuna makes for a trial anyway (issue 31: the tuner's own
+cost per trial): no read of the study's trials of its own (it shares the one its sampler made for the trial,
+tuner.search.trials.trials_of_this_trial), one read of the study's attributes (the failures learnt) and two
+writes (the config when suggested, the record at the end): three transactions.
+Counted on a real SQLite study against a bare objective that suggests the same config and records nothing."""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from types import SimpleNamespace
+
+import optuna
+import pytest
+from sqlalchemy import event
+
+from tuner.choices import Timing
+from tuner.configs import normalize, trial_chooser
+from tuner.measure.requirement import Requirement
+from tuner.record import TrialRecord
+from tuner.search.objective import Objective
+from tuner.search.settings import StudySettings
+from tuner.search.study import StudyContext, create_or_resume
+from tuner.space import SPACES_DIR, load_space
+from tuner.storage import open_storage
+
+REQUIRE = "cos<=0.01"
+GRAPH = [("block0/attn/MatMul", "MatMul"), ("head/Gemm", "Gemm")]
+
+
+class Evaluator:
+    """Builds nothing: the same record for every config."""
+
+    lock_waits = SimpleNamespace(take=lambda: 0.0)
+
+    def measure(self, config, out_dir, band=None, give_up_above=None) -> TrialRecord:
+        metrics = {"cos": 0.001}
+        violations = Requirement.parse(REQUIRE).violations(metrics)
+        return TrialRecord(config, {"median_ms": 1.0 + len(str(config)) / 1e3}, metrics, {}, violations, True,
+                           build_s=0.0, engine_bytes=0, backend="test", timing="alone")
+
+
+def study_context(tmp_path, sampler: str) -> StudyContext:
+    prob = SimpleNamespace(space=load_space(os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml")), graph_nodes=GRAPH,
+                           requirement=Requirement.parse(REQUIRE))
+    settings = replace(StudySettings.from_attrs({"sampler": sampler, "seed": 3, "require": REQUIRE}),
+                       machine={"cpu": "test", "versions": {}}, timing=Timing.ALONE, backend="onnxruntime")
+    storage = open_storage(f"sqlite:///{tmp_path}/{sampler}.db")
+    study, settings = create_or_resume("s", storage, None, settings, prob)
+    return StudyContext(study, settings, prob, "")
+
+
+def calls_of_one_trial(study: optuna.Study, objective) -> tuple[int, int]:
+    """(reads of all trials, transactions other than the suggested parameters') made by one study.optimize
+    trial: configs differ in how many parameters they suggest. Optuna's reads commit too."""
+    reads, params, commits = [], [], []
+    storage = study._storage
+    read, set_param = storage.get_all_trials, storage.set_trial_param
+    storage.get_all_trials = lambda *a, **k: reads.append(1) or read(*a, **k)
+    storage.set_trial_param = lambda *a, **k: params.append(1) or set_param(*a, **k)
+    listen = (storage._backend.engine, "commit", lambda conn: commits.append(1))
+    event.listen(*listen)
+    try:
+        study.optimize(objective, n_trials=1)
+    finally:
+        event.remove(*listen)
+        storage.get_all_trials, storage.set_trial_param = read, set_param
+    return len(reads), len(commits) - len(params)
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_the_objective_adds_no_read_of_the_trials_and_three_transactions(tmp_path, sampler):
+    ctx = study_context(tmp_path, sampler)
+    objective = Objective(ctx, Evaluator(), engines_dir=str(tmp_path / "engines"), trial_attrs={"worker": "w"})
+
+    def bare(trial):
+        normalize(ctx.problem.space, trial_chooser(trial, None), ctx.problem.graph_nodes, ctx.settings.rankings)
+        return [1.0] * len(ctx.objectives)
+
+    for _ in range(12):  # past TPE's startup trials: its model reads the study too
+        tuner_reads, tuner_commits = calls_of_one_trial(ctx.study, objective)
+        bare_reads, bare_commits = calls_of_one_trial(ctx.study, bare)
+        assert tuner_reads == bare_reads
+        if sampler == "random":  # TPE writes its proposal (constant liar) in some trials and not in others
+            reused = "reused_from" in ctx.study.trials[-2].user_attrs  # a reused build learns no failures
+            assert tuner_commits == bare_commits + (2 if reused else 3)
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in ctx.study.trials)
+    done = [t for t in ctx.study.trials if "config" in t.user_attrs]
+    assert len(done) == 12
+    assert all(t.user_attrs["worker"] == "w" and t.constraints == {REQUIRE: pytest.approx(-0.009)} for t in done)
