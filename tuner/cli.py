@@ -285,6 +285,10 @@ def _add_cluster_parsers(sub) -> None:
     p.add_argument("--max-timing-s", type=_positive_float, help="cap on one candidate's timing (default: the study's)")
     p.add_argument("--when-busy", choices=WHEN_BUSY, default="warn",
                    help="when other processes keep the machine busy: warn (default: mark the trial) or wait for quiet")
+    p.add_argument("--keep-engines", action="store_true",
+                   help="keep every trial's engine on this host's disk, in tuner-engines/STUDY-HOST-PID/trial-N, "
+                        "where a `tuner select` on this host uploads them to the study's artifact store "
+                        "(default: each deleted once timed)")
     p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
     _add_allow_metric(p)
     p.set_defaults(run="cmd_worker")

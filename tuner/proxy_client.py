@@ -56,15 +56,82 @@ def _first_line(exc) -> str:
     return details.strip().splitlines()[0] if details.strip() else type(exc).__name__
 
 
+# ---------------------------------------------------------------- losing the proxy
+
+
+class ProxyLost(UserError):
+    """The `tuner proxy` stopped answering in the middle of a command: one line and exit code 2 (as a database
+    server that cannot be reached), no gRPC traceback."""
+
+
+def _is_lost(exc) -> bool:
+    """A call that failed because the proxy is gone, restarting or unreachable."""
+    grpc = _grpc()
+    code = getattr(exc, "code", None)
+    return isinstance(exc, grpc.RpcError) and callable(code) and code() in (grpc.StatusCode.UNAVAILABLE,
+                                                                            grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def lost_call(exc: BaseException):
+    """The gRPC error of a lost proxy that exc is, or was raised while handling (Optuna's optimize, failing the
+    trial after a lost call, loses its next call too and then raises an error of its own); else None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if _is_lost(exc):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def lost_proxy(url: str, exc, grace_period: int | None = None, running: bool = True) -> ProxyLost:
+    """The one line for the lost call exc; running: a trial of this process may be RUNNING (else none is)."""
+    first = _first_line(exc)
+    reason = first.rsplit(": ", 1)[-1] if "failed to connect" in first else first  # e.g. "Connection refused"
+    if running:
+        grace = f" ({grace_period} s)" if grace_period else ""
+        trial = (f"the trial it was running stays RUNNING until, with the proxy back, a claim finds it without "
+                 f"heartbeat for the grace period{grace}, fails it and queues it again")
+    else:
+        trial = "no trial of this worker was running"
+    return ProxyLost(f"lost the storage proxy at {_target(*parse_proxy_url(url))} ({reason}); {trial}; "
+                     "start the worker again once the proxy is back")
+
+
+class ProxyLossGuard:
+    """`with ProxyLossGuard(url) as guard:` around a worker's storage work: with a grpc:// url, losing the proxy
+    there ends the work with one line (ProxyLost) instead of gRPC's traceback; set guard.storage once the
+    storage is open, for its grace period. Any other url or error passes through unchanged."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.storage = None
+
+    def __enter__(self) -> ProxyLossGuard:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if not self.url.startswith(GRPC_PREFIX) or not isinstance(exc, Exception) or isinstance(exc, UserError):
+            return False  # Ctrl-C and SIGTERM, the one-line errors, and every storage but the proxy: as they are
+        call = lost_call(exc)
+        if call is None:
+            return False
+        raise lost_proxy(self.url, call, getattr(self.storage, "grace_period", None)) from None
+
+
 # ---------------------------------------------------------------- the workers' side
 
 
 class ProxyStorage(optuna.storages.GrpcStorageProxy, BaseHeartbeat):
-    """Optuna's gRPC client with the heartbeat calls of RDBStorage, carried out by the proxy."""
+    """Optuna's gRPC client with the heartbeat calls of RDBStorage, carried out by the proxy. The interval and
+    grace period are the proxy's; stale_trial_callback is the one of every database storage (storage.py)."""
 
-    def __init__(self, *, host: str, port: int, heartbeat_interval: int) -> None:
+    def __init__(self, *, host: str, port: int, heartbeat_interval: int, grace_period: int | None,
+                 stale_trial_callback) -> None:
         super().__init__(host=host, port=port)
         self._heartbeat_interval = heartbeat_interval
+        self.grace_period = grace_period
+        self._stale_trial_callback = stale_trial_callback
 
     def _call(self, method: str, payload: bytes) -> bytes:
         return self._channel.unary_unary(f"/{SERVICE}/{method}")(payload, timeout=60)
@@ -84,11 +151,12 @@ class ProxyStorage(optuna.storages.GrpcStorageProxy, BaseHeartbeat):
         return self._heartbeat_interval
 
     def get_heartbeat_stale_trial_callback(self):
-        return optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)  # as storage.heartbeat_options
+        return self._stale_trial_callback
 
 
-def open_proxy(url: str, flag: str = "--storage") -> ProxyStorage:
-    """A storage through the `tuner proxy` at url, or a one-line UserError. Writes nothing."""
+def open_proxy(url: str, flag: str = "--storage", *, stale_trial_callback) -> ProxyStorage:
+    """A storage through the `tuner proxy` at url, or a one-line UserError. Writes nothing. stale_trial_callback:
+    what fail_stale_trials does with a dead worker's trial (storage.stale_trial_callback)."""
     host, port = parse_proxy_url(url, flag)
     grpc = _grpc()
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the proxy is "experimental"
@@ -103,7 +171,8 @@ def open_proxy(url: str, flag: str = "--storage") -> ProxyStorage:
                                 "`tuner proxy --storage postgresql+psycopg://...` there") from None
             raise UserError(f"{flag} {url}: no tuner proxy answers at {where} ({_first_line(exc)}); start one with "
                             "`tuner proxy --storage postgresql+psycopg://...` and check the host and port") from None
-    return ProxyStorage(host=host, port=port, heartbeat_interval=settings["heartbeat_interval"])
+    return ProxyStorage(host=host, port=port, heartbeat_interval=settings["heartbeat_interval"],
+                        grace_period=settings.get("grace_period"), stale_trial_callback=stale_trial_callback)
 
 
 class ProxyClaimLock:
@@ -136,6 +205,8 @@ class ProxyClaimLock:
                 reply = next(call)
             except (grpc.RpcError, StopIteration) as exc:
                 done.set()
+                if _is_lost(exc):  # between trials: none of this worker's is running
+                    raise lost_proxy(self.url, exc, running=False) from None
                 raise UserError(f"--storage {self.url}: the proxy at {_target(host, port)} did not grant the claim lock "
                                 f"({_first_line(exc)}); is `tuner proxy` still running?") from None
             if reply == GRANTED:

@@ -56,6 +56,13 @@ def _server_hint(url: str) -> str:
     return f"{parts.hostname or 'localhost'}:{parts.port or 'default port'}"
 
 
+def stale_trial_callback() -> optuna.storages.RetryHeartbeatStaleTrialCallback:
+    """What fail_stale_trials does with a trial whose heartbeats stopped: fail it and queue its config once
+    more. The one callback of every storage with heartbeats: database servers and `tuner proxy` workers."""
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeats are "experimental"
+    return optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
+
+
 def heartbeat_options() -> dict:
     """RDBStorage keyword arguments: heartbeats every TUNER_HEARTBEAT_INTERVAL s (default 30), a
     trial is stale after TUNER_GRACE_PERIOD s without one (default 120), and is then retried once."""
@@ -66,9 +73,7 @@ def heartbeat_options() -> dict:
         raise UserError(f"{HEARTBEAT_ENV} and {GRACE_ENV} take whole seconds") from None
     if interval < 1 or grace <= interval:
         raise UserError(f"{HEARTBEAT_ENV}={interval}, {GRACE_ENV}={grace}: need 1 <= interval < grace period")
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeats are "experimental"
-    return {"heartbeat_interval": interval, "grace_period": grace,
-            "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)}
+    return {"heartbeat_interval": interval, "grace_period": grace, "heartbeat_stale_trial_callback": stale_trial_callback()}
 
 
 def _sqlite_tables(path: str) -> set[str] | None:
@@ -153,9 +158,8 @@ def open_storage(url: str, create: bool = True, flag: str = "--storage") -> optu
             return _sqlite_storage(url, path)
         except (OSError, sqlite3.Error) as exc:
             raise UserError(f"{flag} {url}: cannot open {path}: {exc}") from None
-    if url.startswith(GRPC_PREFIX):
-
-        return open_proxy(url, flag)  # creates nothing: the proxy made the tables; a study is made by create_study
+    if url.startswith(GRPC_PREFIX):  # creates nothing: the proxy made the tables; a study is made by create_study
+        return open_proxy(url, flag, stale_trial_callback=stale_trial_callback())
     scheme = url.split(":", 1)[0]
     if not scheme.startswith(("postgresql", "mysql")):
         raise UserError(f"{flag} {url}: unknown kind; use sqlite:///FILE.db, {JOURNAL_PREFIX}FILE.log, "

@@ -4,6 +4,7 @@ The server comes from TUNER_TEST_PG_URL as in test_postgres.py (skipped locally 
 CI). The tests without a server still need grpcio (the `postgres` extra).
 """
 import contextlib
+import glob
 import re
 import select
 import signal
@@ -34,18 +35,30 @@ def _grpcio():
         pytest.importorskip("grpc", reason='grpcio missing: pip install -e ".[postgres]"')
 
 
-@contextlib.contextmanager
-def running_proxy(work, db_url):
-    """`tuner proxy` on a free port of 127.0.0.1; yields its grpc:// URL; at the end SIGTERM must stop it cleanly."""
+def _start_proxy(work, db_url, port=0):
+    """A `tuner proxy` process on 127.0.0.1 (port 0: a free one), its grpc:// URL and its stderr file."""
     err = open(work / f"proxy-{uuid.uuid4().hex[:6]}.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "tuner.cli", "proxy", "--storage", db_url, "--host", "127.0.0.1",
-                             "--port", "0"], cwd=work, env=pg.env_for(work), stdout=subprocess.PIPE, stderr=err, text=True)
+                             "--port", str(port)], cwd=work, env=pg.env_for(work), stdout=subprocess.PIPE, stderr=err,
+                            text=True)
     try:
         ready = select.select([proc.stdout], [], [], 120)[0]
         line = proc.stdout.readline() if ready else ""
         m = re.search(r"--storage (grpc://127\.0\.0\.1:\d+) ", line)
         assert m, f"the proxy did not start: {line!r} {err.seek(0) or err.read()}"
-        yield m.group(1)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, m.group(1), err
+
+
+@contextlib.contextmanager
+def running_proxy(work, db_url, port=0):
+    """`tuner proxy` on 127.0.0.1; yields its grpc:// URL; at the end SIGTERM must stop it cleanly."""
+    proc, url, err = _start_proxy(work, db_url, port)
+    try:
+        yield url
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
         err.seek(0)
@@ -133,6 +146,90 @@ def test_the_claim_lock_is_the_databases_and_dies_with_its_holder(pg_url, work):
             if holder.poll() is None:
                 holder.kill()
                 holder.wait()
+
+
+def _descendants(pid):
+    """The processes below pid (its trial child, multiprocessing's helpers), from /proc."""
+    children = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
+    out, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.add(child)
+            todo.append(child)
+    return out
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended (its reaper may be slow)
+    except OSError:
+        return False
+
+
+def test_a_worker_that_loses_its_proxy_ends_in_one_line_and_its_trial_is_retried_later(pg_url, work):
+    """The proxy SIGKILLed under a worker mid-trial: the worker exits 2 with one line, no traceback, no process
+    left; its trial stays RUNNING, and once the proxy and a worker are back it is failed and retried once."""
+    study = pg._name("lost")
+    proxy, url, _ = _start_proxy(work, pg_url)
+    where = url[len("grpc://"):]
+    try:
+        r = pg.tuner(work, "tune", str(work / "demo.onnx"), "--study", study, "--storage", url, "--space", "small.yaml",
+                     "--shape", "x=2x64x256", "--require", "cos<=0.005", "--max-timing-s", "0.3", "--quiet", "--seed",
+                     "0", "--max-trials", "50", "--n-trials", "1", "--no-select")
+        assert r.returncode == 0, r.stderr
+        worker = pg.worker_proc(work, url, study, log=f"{study}-w")
+        try:
+            _, running = _first_killable(pg_url, study, [worker])
+            below = _descendants(worker.pid)
+            proxy.kill()  # SIGKILL: no goodbye to its workers
+            proxy.wait()
+            killed_at = time.monotonic()
+            assert worker.wait(timeout=120) == 2, (work / f"{study}-w.log").read_text()
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    finally:
+        if proxy.poll() is None:
+            proxy.kill()
+            proxy.wait()
+    log = (work / f"{study}-w.log").read_text()  # its stdout and stderr
+    assert "Traceback" not in log, log
+    errors = [line for line in log.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith(f"tuner: error: lost the storage proxy at {where} ("), log
+    assert "stays RUNNING" in errors[0] and "grace period (4 s)" in errors[0], errors[0]
+    assert errors[0].endswith("start the worker again once the proxy is back"), errors[0]
+    end = time.monotonic() + 10
+    while [p for p in below if _alive(p)] and time.monotonic() < end:
+        time.sleep(0.2)
+    assert not [p for p in below if _alive(p)], f"left running: {below}"
+    stale = [t.number for t in pg.load(pg_url, study) if t.state == TrialState.RUNNING]
+    assert stale in ([], [running]), stale  # the trial in flight, where the proxy died before its end was stored
+    # No proxy there at start: one line too.
+    r = pg.tuner(work, "worker", "--study", study, "--storage", url, "--quiet", timeout=60)
+    err = r.stderr.strip()
+    assert r.returncode == 2 and err.splitlines() == [err] and f"no tuner proxy answers at {where}" in err, err
+    # The proxy back on its port, a worker again: the stale trial is failed and retried once (grace 4 s).
+    time.sleep(max(0.0, killed_at + 5 - time.monotonic()))
+    with running_proxy(work, pg_url, port=int(where.rsplit(":", 1)[1])) as again:
+        assert again == url
+        r = pg.tuner(work, "worker", "--study", study, "--storage", url, "--quiet", "--max-timing-s", "0.3",
+                     "--n-trials", "1")
+        assert r.returncode == 0 and "1 trials run" in r.stdout, r.stdout + r.stderr
+    trials = pg.load(pg_url, study)
+    assert not [t for t in trials if t.state == TrialState.RUNNING], [(t.number, t.state) for t in trials]
+    for number in stale:
+        assert {t.number: t.state for t in trials}[number] == TrialState.FAIL
+        retries = [t for t in trials if t.system_attrs.get("failed_trial") == number]
+        assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE, retries
 
 
 def _refused_port():

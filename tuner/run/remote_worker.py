@@ -9,6 +9,7 @@ from ..machine import machine_id
 from ..measure.latency import LatencyProtocol
 from ..problem import print_notes
 from ..progress import TrialProgress
+from ..proxy_client import ProxyLossGuard
 from .claims import MAX_TRIALS_ATTR, PROTOCOL_ATTR, TrialClaims, budget_counts, worker_name
 from .join import join_study
 from .local_workers import Budget, trial_loop
@@ -24,23 +25,26 @@ def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float 
     a user metric the study names only if allow_metrics (--allow-metric) names it (docs/distributed.md)."""
     if n_trials is not None and n_trials < 1:
         raise UserError(f"--n-trials {n_trials}: needs at least 1")
-    ctx, other = join_study(url, name, os.getpid(), model, data, space, calib_data, allow_other_machine,
-                            allow_metrics=allow_metrics or ())
-    print_notes(ctx.problem.notes)
-    if n_trials is None and timeout is None and MAX_TRIALS_ATTR not in ctx.study.user_attrs:
-        raise UserError(f"study {name!r} has no study-wide budget (tuner tune ... --max-trials N); "
-                        "give this worker --n-trials N and/or --timeout T")
-    if protocol is None and ctx.study.user_attrs.get(PROTOCOL_ATTR):
-        protocol = LatencyProtocol(**ctx.study.user_attrs[PROTOCOL_ATTR])
-    opts = TuneOptions(study=name, storage=url, n_trials=n_trials, timeout=timeout, trial_timeout=trial_timeout,
-                       protocol=protocol, quiet=quiet, progress=not quiet, keep_engines=keep_engines, when_busy=when_busy,
-                       engines_dir=engines_dir or os.path.join("tuner-engines", f"{name}-{worker_name().replace(':', '-')}"))
-    budget = Budget(n_trials, timeout)
-    with TrialProgress(n_trials, timeout, live=not quiet, quiet=quiet,
-                       log_path=trials_log(name, opts.engines_dir)) as progress:  # this host's full lines
-        trial_loop(ctx, opts, budget, [progress], claims=TrialClaims(ctx, budget, other_machine=other))
-    trials = ctx.study.get_trials(deepcopy=False)
-    finished, running = budget_counts(trials)
-    return {"ran": progress.done, "finished": finished, "running": running,
-            "max_trials": ctx.study.user_attrs.get(MAX_TRIALS_ATTR), "other_machine": other,
-            "machine": machine_id(ctx.settings.machine)}
+    with ProxyLossGuard(url) as guard:  # behind a `tuner proxy` that dies: one line, no gRPC traceback
+        ctx, other = join_study(url, name, os.getpid(), model, data, space, calib_data, allow_other_machine,
+                                allow_metrics=allow_metrics or ())
+        guard.storage = ctx.study._storage  # its grace period goes in that line
+        print_notes(ctx.problem.notes)
+        if n_trials is None and timeout is None and MAX_TRIALS_ATTR not in ctx.study.user_attrs:
+            raise UserError(f"study {name!r} has no study-wide budget (tuner tune ... --max-trials N); "
+                            "give this worker --n-trials N and/or --timeout T")
+        if protocol is None and ctx.study.user_attrs.get(PROTOCOL_ATTR):
+            protocol = LatencyProtocol(**ctx.study.user_attrs[PROTOCOL_ATTR])
+        opts = TuneOptions(study=name, storage=url, n_trials=n_trials, timeout=timeout, trial_timeout=trial_timeout,
+                           protocol=protocol, quiet=quiet, progress=not quiet, keep_engines=keep_engines,
+                           when_busy=when_busy, engines_dir=engines_dir or os.path.join(
+                               "tuner-engines", f"{name}-{worker_name().replace(':', '-')}"))
+        budget = Budget(n_trials, timeout)
+        with TrialProgress(n_trials, timeout, live=not quiet, quiet=quiet,
+                           log_path=trials_log(name, opts.engines_dir)) as progress:  # this host's full lines
+            trial_loop(ctx, opts, budget, [progress], claims=TrialClaims(ctx, budget, other_machine=other))
+        trials = ctx.study.get_trials(deepcopy=False)
+        finished, running = budget_counts(trials)
+        return {"ran": progress.done, "finished": finished, "running": running,
+                "max_trials": ctx.study.user_attrs.get(MAX_TRIALS_ATTR), "other_machine": other,
+                "machine": machine_id(ctx.settings.machine)}
