@@ -33,6 +33,13 @@ from .variants import carried_settings, choose, measure_variants, variant_setups
 NOT_FASTER = 1.2
 
 
+def slower_than_fp32(rows: list[dict]) -> float | None:
+    """The fastest ratio to the fp32 engine (timed in turn) among the variant rows that let a layer stay in
+    float, where it is above NOT_FASTER (no layer is ranked then); else None."""
+    fastest = min((r["ratio"] for r in rows if r.get("layers") and r.get("ratio")), default=None)
+    return fastest if fastest and fastest > NOT_FASTER else None
+
+
 def _without_layers(override: LayerOverride, config: dict, common: dict, **why) -> dict:
     """A ranking with no layer in it: every layer of the route stays quantized in the study."""
     key = hashlib.sha256(json.dumps([override.name, config, why], sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -69,8 +76,8 @@ def override_ranking(problem: Problem, override: LayerOverride, evaluator: Evalu
     if chosen["feasible"]:
         return _without_layers(override, config, common, greedy_feasible=True, variant=chosen["options"],
                                skipped=f"every layer quantized meets the requirement ({metric} {chosen['error']:.4g})")
-    fastest = min((r["ratio"] for r in rows if r.get("layers") and r.get("ratio")), default=None)
-    if fastest and fastest > NOT_FASTER:
+    fastest = slower_than_fp32(rows)
+    if fastest is not None:
         return _without_layers(override, config, common, greedy_feasible=False, variant=chosen["options"],
                                skipped=f"its fastest variant, every layer quantized, runs at {fastest:.2f}x the fp32 "
                                        "engine's latency (timed in turn): keeping layers in float would not make it faster")

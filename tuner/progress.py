@@ -9,9 +9,23 @@ from collections.abc import Callable
 from optuna.trial import TrialState
 
 from .record import BASELINE, LOCK_WAIT_S
-from .search.trials import baseline_trial, best_feasible, disturbed, is_feasible, latency_of, speedup_of, was_busy
+from .search.trials import (
+    baseline_trial,
+    best_feasible,
+    disturbed,
+    fail_reason,
+    is_feasible,
+    latency_of,
+    speedup_of,
+    was_busy,
+)
 
 LINE_WIDTH = 119  # a trial line fits a terminal; the study's log file has every detail
+
+
+def shorten(text: str, width: int) -> str:
+    """The text as is where it fits in width characters, else cut to width with "..." as its last three."""
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _flags(trial) -> str:
@@ -40,12 +54,8 @@ def trial_state(trial, base, full: bool = False) -> str:
         return (f"{speed}{latency_of(trial):.2f} ms, {'feasible' if is_feasible(trial) else 'infeasible'}"
                 + _flags(trial))
     state = trial.state.name.lower()
-    if "fail_reason" in trial.user_attrs:
-        reason = " ".join(str(trial.user_attrs["fail_reason"]).split())
-        return f"{state}: {reason if full else reason[:70]}"
-    if "known_failure" in trial.user_attrs:
-        return f"{state}: its route failed to build in #{trial.user_attrs['known_failure']['trial']}, not built again"
-    return state
+    reason = fail_reason(trial)
+    return f"{state}: {reason if full else reason[:70]}" if reason else state
 
 
 def _fmt_s(s: float) -> str:
@@ -128,7 +138,7 @@ class TrialProgress:
             self._progress.update(self._task, advance=1, description=text)
         else:  # --quiet or not a terminal: one log line per trial, cut to the terminal's width
             line = f"{head} {trial_state(trial, base)} | {text}"
-            print(line if len(line) <= LINE_WIDTH else line[:LINE_WIDTH - 3] + "...", file=sys.stderr, flush=True)
+            print(shorten(line, LINE_WIDTH), file=sys.stderr, flush=True)
 
 
 def progress_printer(quiet: bool, log_lines: bool, terminal: bool | None = None,

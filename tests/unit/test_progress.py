@@ -104,3 +104,11 @@ def test_a_baseline_that_is_the_best_so_far_is_called_the_baseline():
     study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={"baseline": True, "latency": {"median_ms": 13.97},
                                                                       "relative": {"ratio": 1.07}}))
     assert TrialProgress(3, None, live=False, quiet=True).summary(study).startswith("best: the baseline #0 |")
+
+
+def test_a_text_too_long_is_cut_to_the_width_with_three_dots():
+    from tuner.progress import shorten
+
+    assert shorten("x" * 10, 10) == "x" * 10  # fits: as is
+    assert shorten("abcdefghijk", 10) == "abcdefg..." and len(shorten("y" * 500, 119)) == 119
+    assert shorten("", 5) == ""

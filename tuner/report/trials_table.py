@@ -8,10 +8,11 @@ import math
 
 from optuna.trial import FrozenTrial, TrialState
 
-from ..record import BASELINE, FAIL_REASON, REUSED_FROM
-from ..search.failures import KNOWN_FAILURE
+from ..progress import shorten
+from ..record import BASELINE, REUSED_FROM
 from ..search.trials import (
     disturbed,
+    fail_reason,
     is_feasible,
     latency_of,
     relative_of,
@@ -29,21 +30,9 @@ def _measured(t: FrozenTrial) -> bool:
     return t.state == TrialState.COMPLETE and "latency" in t.user_attrs
 
 
-def fail_reason(t: FrozenTrial) -> str:
-    """Why a trial has no measurement, on one line ("" for one that has)."""
-    if t.state == TrialState.COMPLETE:
-        return ""
-    seen = t.user_attrs.get(KNOWN_FAILURE)
-    if seen:
-        return f"route failed in trial {seen.get('trial')}: {seen.get('reason', '')}"
-    reason = t.user_attrs.get(FAIL_REASON)
-    if reason:
-        return " ".join(str(reason).split())
-    return {TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(t.state, "")
-
-
-def _short(text: str, n: int = REASON_CHARS) -> str:
-    return text if len(text) <= n else text[: n - 3] + "..."
+def _why_unmeasured(t: FrozenTrial) -> str:
+    """Why a trial has no measurement, on one line ("" for one that has): its failure, or that it runs."""
+    return fail_reason(t) or {TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(t.state, "")
 
 
 def _backend(view: StudyView, t: FrozenTrial) -> str:
@@ -67,7 +56,7 @@ def trial_rows(study) -> tuple[StudyView, list[dict]]:
             "feasible": is_feasible(t) if measured else None,
             "route": route_of(t) if t.user_attrs.get("config") or "precision" in t.params else "",
             "backend": _backend(view, t), "float_layers": len(float_layers(t)),
-            "fail_reason": fail_reason(t), "_trial": t})
+            "fail_reason": _why_unmeasured(t), "_trial": t})
     return view, rows
 
 
@@ -98,7 +87,7 @@ def table_lines(view: StudyView, rows: list[dict]) -> list[str]:
         speed = f"{r['speedup']:.2f}x" if r["speedup"] else "-"
         lines.append(f"{r['number']:5d}  {r['state'].lower():9s} {speed:>8s} {_fmt(r['ms'], '.3f'):>9s} "
                      f"{_fmt(r['error'], '.4g'):>10s} {feasible:8s} {r['route'][:22]:22s} {r['backend'][:20]:20s} "
-                     f"{r['float_layers']:5d}  {_short(r['fail_reason'])}{flags}".rstrip())
+                     f"{r['float_layers']:5d}  {shorten(r['fail_reason'], REASON_CHARS)}{flags}".rstrip())
     done = sum(1 for r in rows if r["ms"] is not None)
     lines.append(f"{len(rows)} trials, {done} measured; speedup: over the baseline "
                  f"({'paired timing: 1 / the ratio timed beside it' if view.paired else 'its ms / the trial ms'}); "

@@ -6,6 +6,7 @@ from optuna.trial import TrialState
 
 from ..errors import EXIT_ALL_FAILED, EXIT_NONE_FEASIBLE
 from ..record import BASELINE, FAIL_REASON
+from .failures import KNOWN_FAILURE
 
 
 def trials_of_this_trial(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list:
@@ -67,6 +68,21 @@ def is_trusted(t) -> bool:
 def was_busy(t) -> bool:
     """Timed while other processes kept the machine busy (tuner.measure.load)."""
     return bool((t.user_attrs.get("load") or {}).get("busy"))
+
+
+def fail_reason(t) -> str:
+    """Why a trial ended without a measurement, on one line: the failure it stored (its whitespace run
+    together), else the earlier trial whose route failed to build and why (a known failure, pruned without
+    a build); "" for a completed trial or one with neither."""
+    if t.state == TrialState.COMPLETE:
+        return ""
+    reason = t.user_attrs.get(FAIL_REASON)
+    if reason:
+        return " ".join(str(reason).split())
+    seen = t.user_attrs.get(KNOWN_FAILURE)
+    if seen:
+        return f"route failed in trial {seen.get('trial')}: {seen.get('reason', '')}"
+    return ""
 
 
 def completed(study: optuna.Study | list) -> list:
