@@ -279,6 +279,9 @@ def _add_cluster_parsers(sub) -> None:
     p.add_argument("--calib-data",
                    help="the study's calibration .npz here, where its stored path differs (default: the stored path)")
     p.add_argument("--space", help="the study's space file here, where its stored path differs (default: the stored path)")
+    p.add_argument("--ref-outputs", metavar="FILE.npz",
+                   help="the study's reference outputs (tuner tune --ref-outputs) here, where its stored path differs "
+                        "(same content; default: the stored path)")
     p.add_argument("--allow-other-machine", action="store_true",
                    help="join although this machine differs from the study's (it gets its own baseline; default: refuse)")
     p.add_argument("--trial-timeout", type=parse_duration, default=600.0, help="time limit of one trial (default 600 s)")

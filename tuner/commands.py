@@ -312,7 +312,8 @@ def cmd_worker(args) -> int:
     rep = run_worker(args.storage, args.study, args.n_trials, args.timeout, args.model, args.data, args.space,
                      args.calib_data, args.allow_other_machine, args.trial_timeout,
                      LatencyProtocol(max_seconds=args.max_timing_s) if args.max_timing_s else None, args.quiet,
-                     keep_engines=args.keep_engines, when_busy=args.when_busy, allow_metrics=args.allow_metric)
+                     keep_engines=args.keep_engines, when_busy=args.when_busy, allow_metrics=args.allow_metric,
+                     ref_outputs=args.ref_outputs)
     budget = f" of the study's budget {rep['max_trials']}" if rep["max_trials"] else ""
     print(f"worker {worker_name()} (machine {rep['machine']}{', not the study machine' if rep['other_machine'] else ''}): "
           f"{rep['ran']} trials run; study: {rep['finished']} finished{budget}, {rep['running']} running")

@@ -7,9 +7,11 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..backends.base import backend_devices, backend_versions
+from ..data import batches_hash
 from ..errors import UserError
 from ..machine import fingerprint, machine_id, same_machine
 from ..model import model_hash
+from ..problem import Problem
 from ..search.samplers import make_sampler
 from ..search.settings import SETTINGS_ATTR, StudySettings, allowed_metrics, check_data, check_metrics, file_hash
 from ..search.study import StudyContext, load_existing, stored_settings
@@ -19,7 +21,11 @@ from ..storage import check_study_name, open_storage
 
 def _localized(name: str, settings: StudySettings, key: str, given: str | None, what: str, flag: str,
                hash_key: str | None = None, hash_fn=None) -> str | None:
-    """The local path of the study's file `key`: the given one, else the stored path; hashes must match."""
+    """The local path of the study's file `key`: the given one, else the stored path; hashes must match. A
+    file the study was made without cannot be given: it would be other data (search.settings.check_data)."""
+    if given is not None and settings.value(key) is None:
+        raise UserError(f"{flag} {given}: study {name!r} was made without {flag}, so it has no {what} to relocate; "
+                        f"run the worker without {flag} (other {what} need a new study)")
     if given is None:
         path = settings.value(key)
         if path is None:
@@ -46,6 +52,18 @@ def _packaged_space(settings: StudySettings, stored: str) -> str | None:
     return alt if os.path.isfile(alt) and file_hash(alt) == settings.space_hash else None
 
 
+def _check_ref_outputs(name: str, settings: StudySettings, problem: Problem) -> None:
+    """The reference outputs here are the study's: the study's data hash ends in their hash
+    (problem.load_problem), so a changed file is named as such, not as other validation data."""
+    if settings.data_hash is None or not problem.refs or settings.data_hash == problem.data_hash:
+        return
+    mine = batches_hash(problem.refs)[:8]
+    theirs = settings.data_hash.rpartition("-r")[2] if "-r" in settings.data_hash else None
+    if theirs is not None and mine != theirs:  # else other validation data: check_data says so
+        raise UserError(f"study {name!r}: {problem.spec.ref_outputs} is not the study's reference outputs (hash {mine}, "
+                        f"the study has {theirs}); refusing to join: give the same file with --ref-outputs")
+
+
 def this_machine(space) -> dict:
     """This machine's fingerprint with the versions and devices of the space's backends."""
     return fingerprint(backend_versions(space.backends), backend_devices(space.backends))
@@ -54,11 +72,13 @@ def this_machine(space) -> dict:
 def join_study(url: str, name: str, worker: int = 0, model: str | None = None, data: str | None = None,
                space: str | None = None, calib_data: str | None = None,
                allow_other_machine: bool = False,
-               allow_metrics: Iterable[str] | None = None) -> tuple[StudyContext, bool]:
+               allow_metrics: Iterable[str] | None = None,
+               ref_outputs: str | None = None) -> tuple[StudyContext, bool]:
     """(the study with local paths and this machine, whether this machine differs from the study's).
     Nothing is written to the study. allow_metrics: the user metrics this worker's command line allows
     (`tuner worker --allow-metric`, or the allowance of the `tuner tune` that started a local worker); None:
-    checked already in this process, so only their files' hashes are checked again here."""
+    checked already in this process, so only their files' hashes are checked again here. model, data, space,
+    calib_data, ref_outputs: the study's files where this host has them elsewhere (None: the stored path)."""
     study = load_existing(check_study_name(name), open_storage(url, create=False))
     if study is None:
         raise UserError(f"no study {name!r} in {url}; create it first: tuner tune MODEL.onnx --study {name} --storage URL")
@@ -73,9 +93,12 @@ def join_study(url: str, name: str, worker: int = 0, model: str | None = None, d
              "space_path": _localized(name, settings, "space_path", space, "space file", "--space", "space_hash",
                                       file_hash),
              "data": _localized(name, settings, "data", data, "validation data", "--data"),
-             "calib_data": _localized(name, settings, "calib_data", calib_data, "calibration data", "--calib-data")}
+             "calib_data": _localized(name, settings, "calib_data", calib_data, "calibration data", "--calib-data"),
+             "ref_outputs": _localized(name, settings, "ref_outputs", ref_outputs, "reference outputs",
+                                       "--ref-outputs")}
     settings = replace(settings, spec=replace(settings.spec, **local))
     problem = settings.spec.load(settings.requirement)
+    _check_ref_outputs(name, settings, problem)
     check_data(name, settings, problem.data_hash)
     here = this_machine(problem.space)
     other = not same_machine(settings.machine, here)

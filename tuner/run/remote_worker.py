@@ -20,14 +20,16 @@ def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float 
                model: str | None = None, data: str | None = None, space: str | None = None,
                calib_data: str | None = None, allow_other_machine: bool = False, trial_timeout: float = 600.0,
                protocol: LatencyProtocol | None = None, quiet: bool = True, keep_engines: bool = False,
-               engines_dir: str | None = None, when_busy: str = "warn", allow_metrics: list[str] | None = None) -> dict:
+               engines_dir: str | None = None, when_busy: str = "warn", allow_metrics: list[str] | None = None,
+               ref_outputs: str | None = None) -> dict:
     """`tuner worker`: run trials of an existing study until its budget (or this worker's) is spent. It runs
-    a user metric the study names only if allow_metrics (--allow-metric) names it (docs/distributed.md)."""
+    a user metric the study names only if allow_metrics (--allow-metric) names it (docs/distributed.md). model, data,
+    space, calib_data, ref_outputs: the study's files where this host has them elsewhere (their hashes checked)."""
     if n_trials is not None and n_trials < 1:
         raise UserError(f"--n-trials {n_trials}: needs at least 1")
     with ProxyLossGuard(url) as guard:  # behind a `tuner proxy` that dies: one line, no gRPC traceback
         ctx, other = join_study(url, name, os.getpid(), model, data, space, calib_data, allow_other_machine,
-                                allow_metrics=allow_metrics or ())
+                                allow_metrics=allow_metrics or (), ref_outputs=ref_outputs)
         guard.storage = ctx.study._storage  # its grace period goes in that line
         print_notes(ctx.problem.notes)
         if n_trials is None and timeout is None and MAX_TRIALS_ATTR not in ctx.study.user_attrs:
