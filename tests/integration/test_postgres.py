@@ -294,3 +294,24 @@ def test_read_only_commands_add_no_tables_to_another_database(pg_url, work):
         assert "has no Optuna tables (not an Optuna study database); nothing was changed" in r.stderr
         assert tables() == ["users"]
     assert not (work / "copy.db").exists() and not (work / "w").exists()
+
+
+def test_a_trials_record_written_at_once_reads_back_as_optunas_calls_wrote_it(pg_url):
+    """tuner.search.attrs on PostgreSQL: one multi-row upsert per table, the same rows Optuna's calls make."""
+    from tuner.search.attrs import write_trial
+
+    attrs = {"latency": {"median_ms": 1.5}, "metrics": {"cos": 0.001}, "n": 3}
+    bounds = {"cos<=0.005": -0.004, "build": 1.0}
+    ours = optuna.create_study(study_name=f"attrs-{uuid.uuid4().hex[:8]}", storage=pg_url)
+    theirs = optuna.create_study(study_name=f"attrs-{uuid.uuid4().hex[:8]}", storage=pg_url)
+    a, b = ours.ask(), theirs.ask()
+    write_trial(a, attrs, bounds)
+    write_trial(a, {"n": 4})  # an upsert: the later value wins
+    for key, value in (attrs | {"n": 4}).items():
+        b.set_user_attr(key, value)
+    for bound, value in bounds.items():
+        b.set_constraint(bound, value)
+    ours.tell(a, 1.0)
+    theirs.tell(b, 1.0)
+    got, want = optuna.load_study(study_name=ours.study_name, storage=pg_url).trials[0], theirs.trials[0]
+    assert got.user_attrs == want.user_attrs and got.system_attrs == want.system_attrs and got.constraints == bounds

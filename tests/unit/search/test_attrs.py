@@ -1,5 +1,6 @@
 """A trial's record in one transaction (tuner.search.attrs), against Optuna's own per-key writes."""
 import optuna
+import pytest
 from sqlalchemy import event
 
 from tuner.search.attrs import write_trial
@@ -57,3 +58,19 @@ def test_a_nan_constraint_is_refused_before_anything_is_written(tmp_path):
     else:
         raise AssertionError("a NaN constraint was accepted")
     assert study.trials[0].user_attrs == {}
+
+
+def test_a_second_record_overwrites_keys_and_a_finished_trial_refuses_one_as_optuna_does(tmp_path):
+    for storage in storages(tmp_path):
+        study = optuna.create_study(storage=storage)
+        trial = study.ask()
+        write_trial(trial, ATTRS)
+        write_trial(trial, {"n": 5, "extra": [1, 2]}, {"cos<=0.005": 0.5})
+        study.tell(trial, 1.0)
+        assert study.trials[0].user_attrs == ATTRS | {"n": 5, "extra": [1, 2]}, storage
+        assert study.trials[0].constraints == {"cos<=0.005": 0.5}
+        with pytest.raises(Exception) as ours:
+            write_trial(trial, ATTRS)
+        with pytest.raises(Exception) as optunas:
+            trial.set_user_attr("n", 6)
+        assert type(ours.value) is type(optunas.value), storage
