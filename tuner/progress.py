@@ -21,6 +21,10 @@ from .search.trials import (
 )
 
 LINE_WIDTH = 119  # a trial line fits a terminal; the study's log file has every detail
+# The study is read for the line at most this often; in between, each finished trial is added to the last
+# read: a read costs some 3 ms (bench/soak_bench.py), a real share of a sub-second trial, and the line's
+# counts of other workers' trials may lag by this much.
+READ_EVERY_S = 5.0
 
 
 def shorten(text: str, width: int) -> str:
@@ -82,6 +86,8 @@ class TrialProgress:
         self.start = clock()
         self._progress = None
         self._task = None
+        self._read: list = []  # the study's trials as last read, with the trials finished since
+        self._read_at: float | None = None
 
     def __enter__(self):
         if self.live:
@@ -114,6 +120,15 @@ class TrialProgress:
         busy_txt = f", {busy} busy" if busy else ""
         return f"{best_txt} | {feasible} feasible, {len(done) - feasible} infeasible, {failed} failed{busy_txt}"
 
+    def _trials(self, study, finished) -> list:
+        """The study's trials, read at most every READ_EVERY_S; in between, the last read with `finished`."""
+        now = self._clock()
+        if self._read_at is None or now - self._read_at >= READ_EVERY_S:
+            self._read, self._read_at = study.get_trials(deepcopy=False), now
+        else:
+            self._read = sorted([t for t in self._read if t.number != finished.number] + [finished], key=lambda t: t.number)
+        return self._read
+
     def _eta(self) -> str:
         elapsed = self._clock() - self.start
         if self.n_trials:
@@ -126,7 +141,7 @@ class TrialProgress:
     def __call__(self, study, trial) -> None:
         self.done += 1
         self.waited += float(trial.user_attrs.get(LOCK_WAIT_S, 0.0))
-        trials = study.get_trials(deepcopy=False)  # once: every figure of the line from the same moment
+        trials = self._trials(study, trial)  # once: every figure of the line from the same moment
         base = baseline_trial(trials)
         text = self.summary(study, trials, base)
         total = f"/{self.n_trials}" if self.n_trials else ""

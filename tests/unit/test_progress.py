@@ -112,3 +112,25 @@ def test_a_text_too_long_is_cut_to_the_width_with_three_dots():
     assert shorten("x" * 10, 10) == "x" * 10  # fits: as is
     assert shorten("abcdefghijk", 10) == "abcdefg..." and len(shorten("y" * 500, 119)) == 119
     assert shorten("", 5) == ""
+
+
+def test_the_study_is_read_for_the_line_at_most_every_few_seconds_and_each_finished_trial_counts():
+    import optuna
+
+    from tuner.progress import READ_EVERY_S
+
+    clock, reads = FakeClock(), []
+    study = optuna.create_study()
+    read = study.get_trials
+    study.get_trials = lambda **kw: reads.append(1) or read(**kw)
+    progress = TrialProgress(None, None, live=False, quiet=True, clock=clock)
+    lines = []
+    for seconds, value in [(0.0, 1.0), (0.5, 0.5), (1.0, 2.0), (READ_EVERY_S, 0.25)]:
+        clock.t = seconds
+        trial = study.ask()
+        trial.set_user_attr("latency", {"median_ms": value})
+        progress(study, study.tell(trial, value))
+        lines.append(progress.summary(study, progress._read))
+    assert len(reads) == 2  # the first line and the one READ_EVERY_S later
+    assert [line.split(" | ")[1] for line in lines] == [f"{n} feasible, 0 infeasible, 0 failed" for n in (1, 2, 3, 4)]
+    assert [line.split(" | ")[0].split("#")[1] for line in lines] == ["0", "1", "1", "3"]  # the best trial
