@@ -36,8 +36,8 @@ sys.path.insert(0, HERE)
 from backends_bench import model_inputs, side_by_side  # noqa: E402
 
 from tuner.api import study_problem  # noqa: E402
-from tuner.backends.openvino.device import cpu_flags as _flags  # noqa: E402
 from tuner.configs import defaults_chooser, normalize  # noqa: E402
+from tuner.machine import cpu_flags as _flags  # noqa: E402
 from tuner.run.options import TuneOptions  # noqa: E402
 from tuner.run.tune import tune_study  # noqa: E402
 from tuner.space import SPACES_DIR  # noqa: E402

@@ -22,6 +22,7 @@ import tempfile
 from tuner.backends.openvino import device
 from tuner.demo import write_demo_model
 from tuner.evaluate import build, check_accuracy
+from tuner.machine import cpu_flags
 from tuner.measure.latency import LatencyProtocol
 from tuner.measure.paired import time_blocks
 from tuner.problem import load_problem
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", default="x=8x64x256", help="demo model input shape (default x=8x64x256)")
     ap.add_argument("--rounds", type=int, default=15, help="rounds of the side-by-side timing (default 15)")
     args = ap.parse_args(argv)
-    flags = device.cpu_flags() or frozenset()
+    flags = cpu_flags() or frozenset()
     print("CPU flags:", " ".join(sorted(f for f in flags if any(k in f for k in ("avx512", "amx", "vnni"))) or "none"))
     info = device.plugin_info()
     print(f"plugin: {info['name']}, capabilities {info['capabilities']}, own defaults: precision "

@@ -24,10 +24,10 @@ sys.path.insert(0, HERE)
 
 from backends_bench import model_inputs  # noqa: E402
 
-from tuner.backends.openvino.device import cpu_flags  # noqa: E402
 from tuner.configs import defaults_chooser, normalize  # noqa: E402
 from tuner.evaluate import ensure_reference  # noqa: E402
 from tuner.jobs import Evaluator, loaded_problem  # noqa: E402
+from tuner.machine import cpu_flags  # noqa: E402
 from tuner.problem import load_problem  # noqa: E402
 
 

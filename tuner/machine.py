@@ -12,7 +12,8 @@ from . import __version__
 _COMPARED = ("cpu", "cores", "memory_gib", "system", "versions")
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (Linux), else what the platform says."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -21,6 +22,18 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> frozenset[str] | None:
+    """The CPU's feature flags (Linux: x86 `flags`, Arm `Features`), or None where they cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.split(":")[0].strip() in ("flags", "Features"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
 
 
 def _memory_gib() -> float:
@@ -41,7 +54,7 @@ def library_versions(backend_versions: dict[str, str]) -> dict[str, str]:
 def fingerprint(backend_versions: dict[str, str], devices: dict[str, dict] | None = None) -> dict:
     """CPU model, cores, memory, libraries; with devices (Backend.device_info() of a GPU backend), the GPU too."""
     fp = {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count() or 1,
         "memory_gib": _memory_gib(),
         "system": f"{platform.system()} {platform.machine()}",

@@ -18,6 +18,7 @@ LEVELS = {
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
 SESSION_KEYS = ("graph_optimization_level", "execution_mode", "intra_op_num_threads", "inter_op_num_threads", "intra_op_spinning")
+PROVIDER = "CPUExecutionProvider"  # the one execution provider of this backend's sessions
 DISABLE_PREFIX = "disable_"  # disable_GeluFusion: true turns that graph optimizer off (optimizers.py)
 SETTINGS_FILE = "session_options.json"
 
@@ -56,7 +57,7 @@ def make_session(model_path: str, settings: dict[str, Any], side_by_side: bool =
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     if spinning and side_by_side:
         so.add_session_config_entry("session.force_spinning_stop", "1")
-    return ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"],
+    return ort.InferenceSession(model_path, so, providers=[PROVIDER],
                                 disabled_optimizers=settings.get("disabled_optimizers") or None)
 
 

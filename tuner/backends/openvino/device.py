@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import openvino as ov
 
+from ...machine import cpu_flags
 from ...space import Param
 from .properties import DEVICE
 
@@ -40,18 +41,6 @@ def plugin_info() -> dict:
 
 
 @functools.lru_cache(maxsize=1)
-def cpu_flags() -> frozenset[str] | None:
-    """The CPU's feature flags (Linux), or None where they cannot be read."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.split(":")[0].strip() in ("flags", "Features"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return None
-
-
 def has_dynamic_quantization() -> bool:
     flags = cpu_flags()
     return flags is None or bool(flags & _DQ_FLAGS)  # cannot tell: keep the knob

@@ -1,12 +1,24 @@
 """What an ONNX Runtime engine computes in (tuner.backends.onnxruntime.precision): its matrix ops counted,
-quantized or float, in the graph the session runs, on a three-MatMul model quantized by ORT's own tools."""
+quantized or float, in the graph the session runs, on a three-MatMul model quantized by ORT's own tools;
+the count cached once per optimized graph."""
+import os
+import shutil
+
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tuner.backends.base import engine_precision
-from tuner.backends.onnxruntime.precision import count_matrix_ops, file_precision, session_precision
+from tuner.backends.base import engine_precision, get_backend
+from tuner.backends.onnxruntime import precision
+from tuner.backends.onnxruntime.precision import (
+    count_matrix_ops,
+    file_precision,
+    optimized_precision,
+    session_precision,
+)
+from tuner.evaluate import build
+from tuner.problem import load_problem
 
 LAYERS = 3
 WIDTH = 32
@@ -82,3 +94,82 @@ def test_an_engine_without_the_method_reports_nothing_and_a_failing_one_says_why
 
     assert engine_precision(Bare()) == {}
     assert engine_precision(Broken()) == {"error": "RuntimeError: no runtime model"}
+
+
+@pytest.fixture
+def sessions(tmp_path, monkeypatch):
+    """An empty cache of its own, and the counting sessions built: their settings, one entry per session."""
+    monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "cache"))
+    built = []
+
+    def counting(model_path, settings, *args, **kwargs):
+        built.append(settings)
+        return real(model_path, settings, *args, **kwargs)
+
+    real = precision.make_session
+    monkeypatch.setattr(precision, "make_session", counting)
+    return built
+
+
+def test_threads_execution_mode_and_spinning_share_one_counting_session(models, sessions):
+    first = session_precision(models["qdq"], {"graph_optimization_level": "all", "intra_op_num_threads": 4,
+                                              "execution_mode": "sequential", "intra_op_spinning": True,
+                                              "disabled_optimizers": []})
+    again = session_precision(models["qdq"], {"graph_optimization_level": "all", "intra_op_num_threads": 1,
+                                              "execution_mode": "parallel", "inter_op_num_threads": 2,
+                                              "intra_op_spinning": False})
+    default = session_precision(models["qdq"], {})  # level all, nothing disabled: the same graph
+    assert len(sessions) == 1
+    assert first == again == default == optimized_precision(models["qdq"], {"graph_optimization_level": "all"})
+    assert (first["quantized_nodes"], first["float_nodes"]) == (LAYERS, 0)
+
+
+def test_level_disabled_optimizers_and_model_bytes_each_get_their_own_entry(models, sessions, tmp_path):
+    model = str(tmp_path / "model.onnx")  # one path, rewritten as each route rewrites its model.onnx
+    shutil.copy(models["qdq"], model)
+    variants = [{"graph_optimization_level": "all"}, {"graph_optimization_level": "basic"},
+                {"graph_optimization_level": "all", "disabled_optimizers": ["QDQSelectorActionTransformer"]}]
+    counts = [session_precision(model, v) for v in variants]
+    shutil.copy(models["fp32"], model)
+    counts.append(session_precision(model, variants[0]))
+    assert len(sessions) == 4 and len(os.listdir(tmp_path / "cache")) == 4
+    assert [(c["quantized_nodes"], c["float_nodes"]) for c in counts] == [(LAYERS, 0), (0, LAYERS), (0, LAYERS), (0, LAYERS)]
+    assert counts[1]["source"].endswith("level basic") and counts[2]["source"].endswith("level all")
+    shutil.copy(models["qdq"], model)
+    assert [session_precision(model, v) for v in variants] == counts[:3] and len(sessions) == 4  # all cached
+
+
+def test_a_cache_that_fails_costs_a_session_never_the_count(models, sessions, tmp_path, monkeypatch):
+    expected = optimized_precision(models["dyn"], {})
+    session_precision(models["dyn"], {})
+    (entry,) = os.listdir(tmp_path / "cache")
+    (tmp_path / "cache" / entry).write_text("{half")  # unreadable: counted again and rewritten
+    assert session_precision(models["dyn"], {}) == expected and len(sessions) == 3
+    assert session_precision(models["dyn"], {}) == expected and len(sessions) == 3
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "not-a-folder"))  # neither readable nor writable
+    assert session_precision(models["dyn"], {}) == expected and len(sessions) == 4
+    gone = str(tmp_path / "gone.onnx")  # a model that cannot be hashed: counted (here: failing) as before
+    with pytest.raises(Exception, match="gone.onnx"):
+        session_precision(gone, {})
+    assert len(sessions) == 5
+
+
+@pytest.mark.parametrize("route", ["fp32", "int8-dynamic"])
+def test_the_cached_count_of_a_demo_engine_is_the_uncached_one(demo_path, sessions, tmp_path, route):
+    problem = load_problem(demo_path, shapes=["x=2x64x256"], n_batches=1, n_calib=1)
+    engine, _, _ = build(problem, {"backend": "onnxruntime", "precision": route, "intra_op_num_threads": 2},
+                         str(tmp_path / "build"))
+    try:
+        uncached = optimized_precision(engine.model_path, engine.settings)
+        counted, cached = engine.compute_precision(), engine.compute_precision()
+        saved = engine.save(str(tmp_path / "saved"))
+    finally:
+        engine.close()
+    assert len(sessions) == 2 and counted == cached == uncached and uncached["float_nodes"] > 0
+    assert (uncached["quantized_nodes"] > 0) == (route == "int8-dynamic"), uncached
+    loaded = get_backend("onnxruntime").load(os.path.dirname(saved))  # same bytes elsewhere: the same entry
+    try:
+        assert engine_precision(loaded) == uncached and len(sessions) == 2
+    finally:
+        loaded.close()
