@@ -4,10 +4,15 @@ straight through, given the same results. The tuner's own study code on a real S
 Objective with the tuner's suggestion code (normalize over onnxruntime-cpu.yaml, per-layer booleans
 included) and its failure handling; only the evaluator is a fast deterministic stand-in for building and
 timing. The stopped study runs as three processes: one stopped by Ctrl-C at its 15th trial, one killed by
-SIGKILL at its 27th, one that finishes the 40."""
+SIGKILL at its 27th, one that finishes the 40. The grid sampler's space keeps four of its parameters
+(GRID_PARAMS): the whole space's grid has 141,557,760 points, which Optuna's GridSampler lists and shuffles
+in each process. Of its 32 points (32 configs: none inactive) trials 1-31 take points 1-31 (trial 0, the
+baseline, is enqueued), the stop and the kill among them; trial 32 draws point 0, the one left unvisited,
+and the trials after it draw points again (their configs' results reused)."""
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import signal
 import subprocess
@@ -25,6 +30,7 @@ from tuner.record import FAIL_REASON, RETRY_OF, TrialRecord
 from tuner.run.tune import recover_stale_trials
 from tuner.search.enqueue import enqueue_initial
 from tuner.search.objective import Objective
+from tuner.search.samplers import grid_space
 from tuner.search.seeding import is_lost
 from tuner.search.settings import StudySettings
 from tuner.search.study import StudyContext, create_or_resume, load_existing, stored_settings
@@ -35,13 +41,18 @@ N_TRIALS = 40
 STOPS = {15: "ctrl-c", 27: "sigkill"}
 REQUIRE = "cos<=0.01"
 GRAPH = [("block0/attn/MatMul", "MatMul"), ("block1/ffn/MatMul", "MatMul"), ("head/Gemm", "Gemm")]
+GRID_PARAMS = ("graph_optimization_level", "execution_mode", "intra_op_spinning", "disable_GeluFusion")
 MACHINE = {"cpu": "test", "cores": 2, "versions": {"onnxruntime": "test"}}
 
 
-def problem():
-    """What the objective reads of a problem: the space, the model's nodes, the requirement."""
-    return SimpleNamespace(space=load_space(os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml")), graph_nodes=GRAPH,
-                           requirement=Requirement.parse(REQUIRE))
+def problem(sampler: str):
+    """What the objective reads of a problem: the space (for the grid sampler, GRID_PARAMS of it), the model's
+    nodes, the requirement."""
+    space = load_space(os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml"))
+    for p in space.params if sampler == "grid" else []:
+        if p.name not in GRID_PARAMS:
+            space = space.with_param(p.name, None)
+    return SimpleNamespace(space=space, graph_nodes=GRAPH, requirement=Requirement.parse(REQUIRE))
 
 
 def effect(key: str, value) -> float:
@@ -76,7 +87,7 @@ class Evaluator:
 def run_process(url: str, sampler: str, seed: int | None, stop_at: int | None, how: str | None) -> None:
     """What a `tuner tune --study s --n-trials ...` process does with the study, its evaluator stood in for."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    prob = problem()
+    prob = problem(sampler)
     storage = open_storage(url)  # as tune opens it: WAL, synchronous=NORMAL
     study = load_existing("s", storage)
     settings = stored_settings(study) or StudySettings.from_attrs({"sampler": sampler, "seed": seed, "require": REQUIRE})
@@ -106,7 +117,7 @@ def history(url: str) -> list[tuple]:
     return [(t.params, t.state.name, t.values, t.user_attrs.get("config")) for t in trials if not is_lost(t)]
 
 
-@pytest.mark.parametrize("sampler, seed", [("tpe", None), ("random", 7), ("nsga2", 7)])
+@pytest.mark.parametrize("sampler, seed", [("tpe", None), ("random", 7), ("nsga2", 7), ("grid", 7)])
 def test_a_stopped_and_resumed_study_proposes_what_a_straight_run_does(tmp_path, sampler, seed):
     stopped = f"sqlite:///{tmp_path}/stopped.db"
     # stopped by Ctrl-C during its 15th trial, then killed by SIGKILL during its 27th, then run to the end
@@ -132,6 +143,9 @@ def test_a_stopped_and_resumed_study_proposes_what_a_straight_run_does(tmp_path,
     for number, (a, b) in enumerate(zip(got, want)):
         assert a == b, f"trial {number} differs"
     assert len({str(p) for p, _, _, _ in want}) > N_TRIALS // 2  # a search, not one config over and over
+    if sampler == "grid":  # every point once (the baseline, trial 0, is one of them) before any again
+        points = math.prod(len(v) for v in grid_space(problem(sampler).space).values())
+        assert points < N_TRIALS and len({str(p) for p, _, _, _ in want[:points + 1]}) == points
     assert {t.user_attrs.get("worker") for t in study.trials if not is_lost(t)} == {"w1"}  # what each trial records
 
 

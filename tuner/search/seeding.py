@@ -11,12 +11,14 @@ kernel fit).
 
 A trial's slot is its number less the trials before it that a stop or a death ended ("lost" trials): the
 trial after a lost one takes its slot, and, the lost trial being invisible to the samplers (they read
-complete and pruned trials), proposes its config again; a config that a killed process left running comes
-back as an enqueued retry (tuner.run.tune.recover_stale_trials) and takes its slot the same way. Parallel
-workers need no seed of their own: their trials have distinct numbers, hence distinct slots.
+complete and pruned trials; the grid sampler reads failed ones too and is made to skip lost ones:
+GridSampler), proposes its config again; a config that a killed process left running comes back as an
+enqueued retry (tuner.run.tune.recover_stale_trials) and takes its slot the same way. Parallel workers need
+no seed of their own: their trials have distinct numbers, hence distinct slots.
 """
 from __future__ import annotations
 
+import copy
 import secrets
 import zlib
 
@@ -52,13 +54,28 @@ def retry_of(trial: FrozenTrial) -> int | None:
     return number if number is not None else trial.system_attrs.get("failed_trial")
 
 
-def trial_slot(study: optuna.Study, trial: FrozenTrial) -> int:
-    """The trial's number less the lost trials before it (a retried failure counts as lost): the index a
-    run straight through gives it."""
-    trials = trials_of_this_trial(study)
+def lost_numbers(trials: list[FrozenTrial]) -> set[int]:
+    """The numbers of the lost trials among these (a retried failure counts as lost)."""
     retried = {retry_of(t) for t in trials}
-    return trial.number - sum(1 for t in trials if t.number < trial.number and t.state == TrialState.FAIL
-                              and (is_lost(t) or t.number in retried))
+    return {t.number for t in trials if t.state == TrialState.FAIL and (is_lost(t) or t.number in retried)}
+
+
+def trial_slot(study: optuna.Study, trial: FrozenTrial) -> int:
+    """The trial's number less the lost trials before it: the index a run straight through gives it."""
+    return trial.number - sum(1 for n in lost_numbers(trials_of_this_trial(study)) if n < trial.number)
+
+
+def carry_from_retried(study: optuna.Study, trial: FrozenTrial, keys: tuple[str, ...]) -> None:
+    """A retry of a config that a killed process left running (enqueued: the sampler samples nothing for it)
+    takes these system attrs of the trial it retries, as that trial would have them in a run straight through."""
+    retried, missing = retry_of(trial), [k for k in keys if k not in trial.system_attrs]
+    if retried is None or not missing:
+        return
+    storage = study._storage
+    original = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study._study_id, retried))
+    for key in missing:
+        if key in original.system_attrs:
+            storage.set_trial_system_attr(trial._trial_id, key, original.system_attrs[key])
 
 
 def random_states(sampler: optuna.samplers.BaseSampler) -> dict[str, LazyRandomState]:
@@ -105,8 +122,13 @@ class PerTrialSeed:
         self.study_seed = seed % SEED_RANGE
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        reseed(self, self.study_seed, trial_slot(study, trial))
-        super().before_trial(study, trial)
+        slot = trial_slot(study, trial)
+        reseed(self, self.study_seed, slot)
+        super().before_trial(study, self.seen_at_slot(study, trial, slot))
+
+    def seen_at_slot(self, study: optuna.Study, trial: FrozenTrial, slot: int) -> FrozenTrial:
+        """The trial as the Optuna sampler's before_trial is to see it: as it is (the grid sampler's differs)."""
+        return trial
 
 
 # Optuna's names, kept: the study records the class name (samplers.sampler_options), and NSGA-II names the
@@ -122,7 +144,37 @@ class RandomSampler(PerTrialSeed, optuna.samplers.RandomSampler):
 
 class GridSampler(PerTrialSeed, optuna.samplers.GridSampler):
     """The grid's order (its shuffle by the seed) is the same in every process, workers included: a grid
-    point's id in the storage means the same point to all of them."""
+    point's id in the storage means the same point to all of them.
+
+    Optuna's gives trial n the grid point n (while n is below the grid's size; then an unvisited point at
+    random) and counts the point of every finished trial as visited, a stopped one's included. Here a trial
+    takes the point of its slot, and a lost trial's point is not visited: the trial after a stop proposes the
+    stopped config again, as with the other samplers, and the order goes on as in a run straight through; a
+    retry keeps the point of the trial it retries. (Queueing a stopped trial's config again, as a killed
+    one's is, would not do: the grid points by number after it would still be one off.)"""
+
+    def seen_at_slot(self, study: optuna.Study, trial: FrozenTrial, slot: int) -> FrozenTrial:
+        carry_from_retried(study, trial, ("grid_id", "search_space"))
+        at_slot = copy.copy(trial)  # as Optuna copies a FrozenTrial (Trial._get_latest_trial)
+        at_slot.number = slot  # what Optuna's before_trial reads the number for: the grid point in a straight run
+        return at_slot
+
+    def _get_unvisited_grid_ids(self, study: optuna.Study) -> list[int]:
+        """Optuna 5.1's, the points of lost trials left unvisited (its before_trial, after_trial and
+        is_exhausted ask this). Optuna's read of the trials, not the per-trial cache: after_trial asks too."""
+        trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+        lost = lost_numbers(trials)
+        visited, running = set(), set()
+        for t in trials:
+            if ("grid_id" in t.system_attrs and t.number not in lost
+                    and self._same_search_space(t.system_attrs["search_space"])):
+                if t.state.is_finished():
+                    visited.add(t.system_attrs["grid_id"])
+                elif t.state == TrialState.RUNNING:
+                    running.add(t.system_attrs["grid_id"])
+        grid = set(range(self._n_min_trials))
+        # all points started: those not finished, so that each is evaluated before the study stops
+        return sorted(grid - visited - running or grid - visited)
 
 
 class NSGAIISampler(PerTrialSeed, optuna.samplers.NSGAIISampler):
@@ -131,12 +183,7 @@ class NSGAIISampler(PerTrialSeed, optuna.samplers.NSGAIISampler):
         so would give it no generation) counts in the generation of the trial it retries, as that trial
         would have in a run straight through."""
         super().before_trial(study, trial)
-        key, retried = self._get_generation_key(), retry_of(trial)
-        if retried is not None and key not in trial.system_attrs:
-            original = study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(
-                study._study_id, retried))
-            if key in original.system_attrs:
-                study._storage.set_trial_system_attr(trial._trial_id, key, original.system_attrs[key])
+        carry_from_retried(study, trial, (self._get_generation_key(),))
 
 
 class GPSampler(PerTrialSeed, optuna.samplers.GPSampler):

@@ -135,6 +135,59 @@ def test_reseeding_is_what_makes_the_resume_exact(tmp_path):
     assert got[:9] == want[:9] and got != want
 
 
+def test_grid_resumes_exactly_after_a_stop_and_a_kill(tmp_path):
+    """Trials 0-2 enqueued, 3-5 take grid points 3-5 (Optuna's walk by number, here by slot), and 6-8 draw
+    points 0-2 from those unvisited. Stopped (Ctrl-C) in trial 6 and killed in trial 8, the resumed study
+    proposes what a straight run does: the stopped trial's point is not visited (Optuna's counts it: the
+    next trial drew another), and the retry of the killed trial keeps its point. The killed trial held the
+    last point to visit: failing it on resume does not ask the sampler (whose study.stop would raise)."""
+    grid = {"x": [0, 1, 2], "y": [0, 1]}
+
+    def process(url: str, stop_at: int | None = None, how: str | None = None) -> None:
+        study = optuna.create_study(study_name="s", storage=open_storage(url), load_if_exists=True,
+                                    sampler=seeding.GridSampler(grid, seed=5))
+        recover_stale_trials(study)
+        if not study.trials:
+            for x in grid["x"]:
+                study.enqueue_trial({"x": x, "y": 0})
+
+        def behind(study) -> int:
+            return sum(1 for t in study.get_trials(deepcopy=False) if t.state.is_finished() and not seeding.is_lost(t))
+
+        def objective(trial: optuna.Trial) -> float:
+            x, y = trial.suggest_categorical("x", grid["x"]), trial.suggest_categorical("y", grid["y"])
+            if stop_at is not None and behind(trial.study) >= stop_at:
+                if how == "kill":
+                    raise Killed
+                trial.set_user_attr(FAIL_REASON, "interrupted (Ctrl-C) during this trial")  # as Objective does
+                raise KeyboardInterrupt
+            return 10.0 * x + y
+
+        try:
+            while behind(study) < 10:
+                study.optimize(objective, n_trials=1)
+        except (Killed, KeyboardInterrupt):
+            pass
+
+    def points(url: str) -> list[tuple]:
+        trials = optuna.load_study(study_name="s", storage=url).trials
+        return [(t.params, t.values, t.system_attrs.get("grid_id")) for t in trials if not seeding.is_lost(t)]
+
+    straight, stopped = f"sqlite:///{tmp_path}/straight.db", f"sqlite:///{tmp_path}/stopped.db"
+    process(straight)
+    for stop_at, how in ((6, "ctrl-c"), (8, "kill")):
+        process(stopped, stop_at, how)
+    process(stopped)
+    trials = optuna.load_study(study_name="s", storage=stopped).trials
+    lost = [t for t in trials if seeding.is_lost(t)]
+    assert [t.number for t in lost] == [6, 9] and all(t.system_attrs["grid_id"] in (0, 1, 2) for t in lost)
+    assert trials[7].system_attrs["grid_id"] == lost[0].system_attrs["grid_id"]  # the stopped point drawn again
+    retry = next(t for t in trials if t.user_attrs.get(RETRY_OF) == 9)
+    assert retry.system_attrs["grid_id"] == lost[1].system_attrs["grid_id"]
+    assert points(stopped) == points(straight)
+    assert len({str(p) for p, _, _ in points(straight)[:9]}) == 6  # every point before any again
+
+
 def test_workers_share_one_grid_order(tmp_path):
     """Two workers' grid samplers on one study (made as join_study makes them): each point once. With
     seed + worker, as before, their shuffles differed and a stored grid id meant another point to each."""
