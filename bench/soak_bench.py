@@ -3,11 +3,15 @@
   python bench/soak_bench.py                      # 1000 trials on the demo model, the small ORT space
   python bench/soak_bench.py --trials 200 --sampler random
 
-One in-process `tune` (the real trial loop, real SQLite, real child-process builds) with the sampler's
-and the build jobs' calls timed. Per trial: its wall time (Optuna's start to complete), the sampler's share
-(infer/sample calls), the jobs' share (the child that builds and measures), and the rest: the tuner's own
-bookkeeping and the storage. Printed for windows of trials around 100, 500 and 1000, then the database's
-size and the run times of `status`, `report`, `trials` and the notebook on the finished study.
+One in-process `tune` (the real trial loop, real SQLite, real child-process builds) with the sampler's, the
+build jobs' and the storage's calls timed. Per trial, its cycle (one sampler before_trial to the next: the
+claim, Optuna's ask and tell, the objective, the progress line) is split into: the jobs (the child that
+builds and measures), the sampler (Optuna's infer/sample calls and the per-trial seeding, which makes the
+trial's one read of the study, shared with the objective), Optuna's own storage calls outside the sampler
+(create the trial, write each suggested parameter, the state, read the trial back), and the rest: the
+tuner's own (its objective, records, claims, progress and their storage calls). Printed for windows of
+trials around 100, 500 and 1000, then the database's size and the run times of `status`, `report`, `trials`
+and the notebook on the finished study.
 
 The small space has 24 distinct builds: after them most trials reuse a measured build (milliseconds), so
 the study soon measures the tuner itself. The overhead target (<= 2% of a trial) is read against trials
@@ -27,9 +31,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from tuner.backends.openvino.device import cpu_flags  # noqa: E402
+from optuna.storages._cached_storage import _CachedStorage  # noqa: E402
+
 from tuner.demo import write_demo_model  # noqa: E402
 from tuner.jobs import Evaluator  # noqa: E402
+from tuner.machine import cpu_flags  # noqa: E402
 from tuner.measure.latency import LatencyProtocol  # noqa: E402
 from tuner.run.options import TuneOptions  # noqa: E402
 from tuner.run.tune import tune_study  # noqa: E402
@@ -37,6 +43,10 @@ from tuner.search import study as study_mod  # noqa: E402
 from tuner.space import SPACES_DIR  # noqa: E402
 
 SAMPLER_CALLS = ("infer_relative_search_space", "sample_relative", "sample_independent", "before_trial", "after_trial")
+# Optuna's functions whose storage calls are Optuna's own work for a trial (any study makes them)
+OPTUNA_OWN = {"_suggest", "ask", "tell", "_tell_with_warning", "_run_trial", "_optimize_sequential",
+              "_pop_waiting_trial_id"}
+TUNER_DIR = os.path.join(ROOT, "tuner")
 
 
 class Timed:
@@ -44,7 +54,9 @@ class Timed:
 
     def __init__(self):
         self.by_trial: dict[int, dict[str, float]] = {}
+        self.started: dict[int, float] = {}  # perf_counter at each trial's before_trial
         self.current = -1
+        self.depth = 0  # inside a timed call: the calls it makes are its own
 
     def add(self, kind: str, seconds: float) -> None:
         row = self.by_trial.setdefault(self.current, {})
@@ -56,16 +68,55 @@ def timed_sampler(sampler, timed: Timed):
         original = getattr(sampler, name)
 
         def wrapper(*args, _original=original, _name=name, **kwargs):
+            t0 = time.perf_counter()
             if _name == "before_trial":
                 timed.current = args[1].number
-            t0 = time.perf_counter()
+                timed.started[timed.current] = t0
+            timed.depth += 1
             try:
                 return _original(*args, **kwargs)
             finally:
+                timed.depth -= 1
                 timed.add("sampler", time.perf_counter() - t0)
 
         setattr(sampler, name, wrapper)
     return sampler
+
+
+def optunas_own(frame) -> bool:
+    """Whether the storage call was made by Optuna's own trial machinery (not by tuner code calling Optuna)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.startswith(TUNER_DIR):
+            return False
+        if code.co_name in OPTUNA_OWN and "optuna" in code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def timed_storage(timed: Timed) -> None:
+    """Optuna's own storage calls (outside the sampler's, counted there) as "optuna storage"; the time spent
+    telling them apart as "probe", left out of the cycle."""
+    for name in ("create_new_trial", "set_trial_param", "set_trial_state_values", "get_trial", "get_all_trials",
+                 "set_trial_system_attr", "get_trial_system_attrs", "set_trial_user_attr", "get_study_user_attrs"):
+        original = getattr(_CachedStorage, name)
+
+        def wrapper(self, *args, _original=original, **kwargs):
+            if timed.depth:
+                return _original(self, *args, **kwargs)
+            t0 = time.perf_counter()
+            timed.depth += 1
+            try:
+                return _original(self, *args, **kwargs)
+            finally:
+                timed.depth -= 1
+                t1 = time.perf_counter()
+                if optunas_own(sys._getframe(1)):
+                    timed.add("optuna storage", t1 - t0)
+                timed.add("probe", time.perf_counter() - t1)
+
+        setattr(_CachedStorage, name, wrapper)
 
 
 def timed_jobs(timed: Timed) -> None:
@@ -88,13 +139,14 @@ def window(rows: list[dict], around: int, half: int = 25) -> list[dict]:
 def describe(rows: list[dict], label: str) -> str:
     if not rows:
         return f"{label:>14s}  (no trials)"
-    wall = statistics.median(r["wall"] for r in rows)
-    sampler = statistics.median(r["sampler"] for r in rows)
-    rest = statistics.median(r["wall"] - r["jobs"] - r["sampler"] for r in rows)
-    jobs = statistics.median(r["jobs"] for r in rows)
-    own = statistics.median((r["wall"] - r["jobs"]) / r["wall"] for r in rows if r["wall"] > 0)
-    return (f"{label:>14s}  n={len(rows):3d}  trial {wall * 1e3:8.1f} ms  jobs {jobs * 1e3:8.1f} ms  "
-            f"sampler {sampler * 1e3:7.1f} ms  storage+bookkeeping {rest * 1e3:7.1f} ms  tuner's own {100 * own:5.1f}%")
+
+    def med(key) -> float:
+        return statistics.median(key(r) for r in rows) * 1e3
+
+    own = statistics.median(r["own"] / r["cycle"] for r in rows if r["cycle"] > 0)
+    return (f"{label:>14s}  n={len(rows):3d}  trial {med(lambda r: r['cycle']):8.1f} ms  jobs {med(lambda r: r['jobs']):8.1f}"
+            f"  sampler {med(lambda r: r['sampler']):6.1f}  optuna's storage calls {med(lambda r: r['optuna']):5.1f}"
+            f"  tuner's own {med(lambda r: r['own']):5.1f} ms = {100 * own:4.1f}%")
 
 
 def run_command(args: list[str], cwd: str) -> float:
@@ -132,6 +184,7 @@ def main() -> None:
     make = study_mod.make_sampler
     study_mod.make_sampler = lambda *a, **k: timed_sampler(make(*a, **k), timed)
     timed_jobs(timed)
+    timed_storage(timed)
     t0 = time.perf_counter()
     result = tune_study(TuneOptions(study="soak", model=model, storage=url, space=args.space, shapes=["x=2x64x256"],
                                     require="cos<=0.005", sampler=args.sampler, seed=0, n_trials=args.trials, quiet=True,
@@ -139,12 +192,15 @@ def main() -> None:
     total = time.perf_counter() - t0
     rows = []
     for t in result.study.trials:
-        if t.datetime_start is None or t.datetime_complete is None:
+        start, end = timed.started.get(t.number), timed.started.get(t.number + 1)
+        if start is None or end is None:  # the last trial's cycle has no end here
             continue
         spent = timed.by_trial.get(t.number, {})
-        rows.append({"number": t.number, "wall": (t.datetime_complete - t.datetime_start).total_seconds(),
-                     "sampler": spent.get("sampler", 0.0), "jobs": spent.get("jobs", 0.0),
-                     "built": "reused_from" not in t.user_attrs and spent.get("jobs", 0.0) > 0})
+        row = {"number": t.number, "cycle": end - start - spent.get("probe", 0.0), "sampler": spent.get("sampler", 0.0),
+               "jobs": spent.get("jobs", 0.0), "optuna": spent.get("optuna storage", 0.0),
+               "built": "reused_from" not in t.user_attrs and spent.get("jobs", 0.0) > 0}
+        row["own"] = row["cycle"] - row["jobs"] - row["sampler"] - row["optuna"]
+        rows.append(row)
     print(f"{len(rows)} trials in {total / 60:.1f} min ({args.sampler}, {os.path.basename(args.space)})")
     for around in (100, 500, 1000):
         print(describe(window(rows, around), f"trials ~{around}"))
