@@ -135,6 +135,27 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "default: every parameter at its default)")
     p.add_argument("--out", default="tuner-out", help="directory for the engine artifact (default tuner-out)")
     p.set_defaults(run="cmd_evaluate")
+    _add_tune_parser(sub)
+    _add_winner_parsers(sub)
+    p = sub.add_parser("status", help="trials by state, best feasible, winner, Pareto set, disk use")
+    _add_study_args(p)
+    p.set_defaults(run="cmd_status")
+    p = sub.add_parser("studies", help="list the studies of a storage (default: studies/*.db and tuner-demo/*.db)")
+    p.add_argument("--storage", help="storage URL (default: every studies/*.db and tuner-demo/*.db)")
+    p.set_defaults(run="cmd_studies")
+    p = sub.add_parser("demo", help="write the demo model, tune it, select and export the winner, write the report")
+    p.add_argument("--dir", default="tuner-demo", help="where the model, study and winner go (default tuner-demo)")
+    p.add_argument("--n-trials", type=_positive_int, default=30, help="trials (default 30, a few minutes on 2 cores)")
+    p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
+    p.set_defaults(run="cmd_demo")
+    _add_analysis_parsers(sub)
+    add_routes_parser(sub)  # provided by the TensorRT backend
+    _add_cluster_parsers(sub)
+    _add_inspect_parsers(sub)
+    return ap
+
+
+def _add_tune_parser(sub) -> None:
     p = sub.add_parser("tune", help="run or resume a study: search for the fastest engine that meets the requirement")
     _add_problem_args(p, model_optional=True)
     _add_study_args(p)
@@ -191,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
     _add_allow_metric(p)
     p.set_defaults(run="cmd_tune")
+
+
+def _add_winner_parsers(sub) -> None:
+    """select, export, verify: the winner of a study."""
     p = sub.add_parser("select", help="re-time the top feasible trials side by side and store the confirmed winner")
     _add_study_args(p)
     p.add_argument("--top-k", type=_positive_int, default=3, help="candidates to compare (default 3)")
@@ -221,17 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", metavar="DIR", help="the folder `tuner export --out` wrote (default: rebuild the winner)")
     _add_allow_metric(p)
     p.set_defaults(run="cmd_verify")
-    p = sub.add_parser("status", help="trials by state, best feasible, winner, Pareto set, disk use")
-    _add_study_args(p)
-    p.set_defaults(run="cmd_status")
-    p = sub.add_parser("studies", help="list the studies of a storage (default: studies/*.db and tuner-demo/*.db)")
-    p.add_argument("--storage", help="storage URL (default: every studies/*.db and tuner-demo/*.db)")
-    p.set_defaults(run="cmd_studies")
-    p = sub.add_parser("demo", help="write the demo model, tune it, select and export the winner, write the report")
-    p.add_argument("--dir", default="tuner-demo", help="where the model, study and winner go (default tuner-demo)")
-    p.add_argument("--n-trials", type=_positive_int, default=30, help="trials (default 30, a few minutes on 2 cores)")
-    p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
-    p.set_defaults(run="cmd_demo")
+
+
+def _add_analysis_parsers(sub) -> None:
+    """sensitivity and report: what a study or a route looks like."""
     p = sub.add_parser("sensitivity", help="rank the per-layer candidates of a quantizing route by the error they cause")
     _add_problem_args(p)
     p.add_argument("--backend", help="the backend whose route is ranked, in a space over several, e.g. openvino "
@@ -261,10 +279,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_study_args(p)
     p.add_argument("--out", default="report.html", help="output HTML file (default report.html)")
     p.set_defaults(run="cmd_report")
-    add_routes_parser(sub)  # provided by the TensorRT backend
-    _add_cluster_parsers(sub)
-    _add_inspect_parsers(sub)
-    return ap
 
 
 def _add_cluster_parsers(sub) -> None:
