@@ -147,6 +147,24 @@ def batches_hash(batches: list[Batch]) -> str:
     return h.hexdigest()[:16]
 
 
+REFS_MARK = "-r"  # a study's data hash, then this, then its reference outputs' hash (--ref-outputs)
+
+
+def refs_hash(refs: list[Batch]) -> str:
+    """The short hash of reference outputs that a study's data hash ends in."""
+    return batches_hash(refs)[:8]
+
+
+def with_refs(data_hash: str, refs: list[Batch]) -> str:
+    """The data hash of a problem whose reference outputs are given: they are part of its data."""
+    return data_hash + REFS_MARK + refs_hash(refs)
+
+
+def refs_part(data_hash: str) -> str | None:
+    """The reference outputs' hash in a study's data hash; None for a study made without them."""
+    return data_hash.rpartition(REFS_MARK)[2] if REFS_MARK in data_hash else None
+
+
 def save_npz_batches(path: str, batches: list[Batch]) -> None:
     names = list(batches[0])
     np.savez(path, **{n: np.stack([b[n] for b in batches]) for n in names})

@@ -123,7 +123,7 @@ def load_problem(model_path: str, space_path: str | None = None, data: str | Non
     refs = None
     if ref_outputs:  # the reference is part of the data: a changed file is other data (search.settings.check_data)
         refs = load_ref_outputs(ref_outputs, output_specs(proto), specs, concrete, len(batches))
-        data_hash += "-r" + data_mod.batches_hash(refs)[:8]
+        data_hash = data_mod.with_refs(data_hash, refs)
     notes += problem_notes(requirement, data, specs, ranges)
     return Problem(spec, ModelFile(model_path, proto, model_hash), space, batches, calib, data_hash,
                    requirement, concrete, notes, refs)

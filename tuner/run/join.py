@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..backends.base import backend_devices, backend_versions
-from ..data import batches_hash
+from ..data import refs_hash, refs_part
 from ..errors import UserError
 from ..machine import fingerprint, machine_id, same_machine
 from ..model import model_hash
@@ -57,8 +57,7 @@ def _check_ref_outputs(name: str, settings: StudySettings, problem: Problem) -> 
     (problem.load_problem), so a changed file is named as such, not as other validation data."""
     if settings.data_hash is None or not problem.refs or settings.data_hash == problem.data_hash:
         return
-    mine = batches_hash(problem.refs)[:8]
-    theirs = settings.data_hash.rpartition("-r")[2] if "-r" in settings.data_hash else None
+    mine, theirs = refs_hash(problem.refs), refs_part(settings.data_hash)
     if theirs is not None and mine != theirs:  # else other validation data: check_data says so
         raise UserError(f"study {name!r}: {problem.spec.ref_outputs} is not the study's reference outputs (hash {mine}, "
                         f"the study has {theirs}); refusing to join: give the same file with --ref-outputs")
