@@ -92,6 +92,22 @@ def _has_optuna_schema(path: str) -> bool:
     return {"studies", "trials", "version_info"} <= (_sqlite_tables(path) or set())
 
 
+def _optuna_schema_done(path: str) -> bool:
+    """Optuna's schema made to the end: its tables, and the alembic revision RDBStorage stamps after them. A
+    process that opens the file between the two stamps it too, and one of the two fails on alembic_version's
+    unique key (a reader polling a study being created, under load)."""
+    if not _has_optuna_schema(path):
+        return False
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return con.execute("SELECT COUNT(*) FROM alembic_version").fetchone()[0] > 0
+        finally:
+            con.close()
+    except sqlite3.Error:  # no alembic_version table yet
+        return False
+
+
 def holds_no_study(path: str) -> bool:
     """A SQLite or journal file with no study in it (an empty journal, or no row in Optuna's studies table)."""
     if not os.path.isfile(path) or os.path.getsize(path) == 0:
@@ -246,11 +262,12 @@ def _sqlite_storage(url: str, path: str) -> optuna.storages.RDBStorage:
     """
     from sqlalchemy import event
 
-    if _has_optuna_schema(path):
+    if _optuna_schema_done(path):
         storage = _open_sqlite(url, path)
     else:
-        # Optuna's table creation is check-then-create, so two processes starting on one new file
-        # (two `tuner tune`, or a reader polling it) fail with "table already exists": one at a time.
+        # Optuna's table creation and its revision stamp are check-then-create, so two processes starting
+        # on one new file (two `tuner tune`, or a reader polling it) fail with "table already exists" or a
+        # duplicate alembic revision: one at a time, until the schema is done.
         with directory_lock(os.path.dirname(os.path.abspath(path))):
             storage = _open_sqlite(url, path)
     engine = storage.engine

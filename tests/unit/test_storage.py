@@ -144,3 +144,31 @@ def test_processes_starting_on_one_new_sqlite_file_all_open_it(tmp_path):
             p.join()
         assert outcomes == ["ok"] * 4, outcomes
         assert len(optuna.storages.RDBStorage(f"sqlite:///{path}", skip_table_creation=True).get_all_studies()) == 0
+
+
+def test_a_file_whose_schema_is_half_made_is_opened_after_its_creator_is_done(tmp_path):
+    """RDBStorage creates Optuna's tables, then stamps their alembic revision: a second process that opened
+    the file in between stamped it too, and the creator died on alembic_version's unique key (seen in CI: a
+    test polling a study being created). Such a file is opened under the creator's directory lock."""
+    import threading
+
+    from tuner.locks import directory_lock
+    from tuner.storage import _optuna_schema_done, open_storage
+
+    path = tmp_path / "s.db"
+    assert not _optuna_schema_done(str(path))
+    open_storage(f"sqlite:///{path}")
+    assert _optuna_schema_done(str(path))
+    with sqlite3.connect(path) as con:  # the moment between the creator's tables and its stamp
+        con.execute("DELETE FROM alembic_version")
+    assert not _optuna_schema_done(str(path))
+
+    opened = threading.Event()
+    with directory_lock(str(tmp_path)):  # a creator at work
+        opener = threading.Thread(target=lambda: (open_storage(f"sqlite:///{path}"), opened.set()))
+        opener.start()
+        assert not opened.wait(0.5)  # it waits for the creator, not stamps beside it
+    opener.join(60)
+    assert opened.is_set() and _optuna_schema_done(str(path))
+    with sqlite3.connect(path) as con:
+        assert con.execute("SELECT COUNT(*) FROM alembic_version").fetchone()[0] == 1
