@@ -2,6 +2,7 @@
 per trial (tuner.search.seeding), so that a resumed study proposes what a study run straight through does."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import optuna
@@ -13,10 +14,25 @@ from . import seeding
 from .plan_samplers import STRATEGIES, make_plan_sampler
 from .settings import StudySettings
 
+GRID_MAX_POINTS = 100_000  # Optuna's grid sampler holds every point in memory, in every process
+
 
 def grid_space(space: Space) -> dict[str, list]:
     """The coarse grid: every session and route parameter; per-layer overrides stay at their default."""
     return {p.name: grid_values(p) for p in space.params}
+
+
+def checked_grid(space: Space) -> dict[str, list]:
+    """grid_space, refused in one line where it has more than GRID_MAX_POINTS points (the default CPU space
+    has some 10^8: Optuna would build them all in memory, and no study visits a fraction of them)."""
+    grid = grid_space(space)
+    points = math.prod(len(values) for values in grid.values())
+    if points > GRID_MAX_POINTS:
+        widest = sorted(grid, key=lambda name: -len(grid[name]))[:3]
+        raise UserError(f"--sampler grid: this space's grid has {points:,} points (most choices: "
+                        f"{', '.join(f'{n} {len(grid[n])}' for n in widest)}), over {GRID_MAX_POINTS:,}: give a smaller "
+                        "space (--space FILE with fewer parameters or choices) or another sampler (tpe, random)")
+    return grid
 
 
 def plan_defaults(settings: StudySettings) -> dict:
@@ -51,7 +67,7 @@ def make_sampler(settings: StudySettings, space: Space, worker: int = 0) -> optu
         except ImportError:
             raise UserError("--sampler gp needs PyTorch: pip install torch") from None
         return seeding.GPSampler(seed=seed)
-    return seeding.GridSampler(grid_space(space), seed=seed)
+    return seeding.GridSampler(checked_grid(space), seed=seed)
 
 
 def sampler_options(sampler) -> dict:
