@@ -222,14 +222,16 @@ def _server_has_optuna_schema(url: str) -> bool:
 def open_for_reading(url: str, flag: str = "--storage") -> optuna.storages.BaseStorage:
     """Open without ever waiting on a process that is tuning: a SQLite file is read with SQLite's plain
     deferred transactions (in WAL mode readers see the last commit and neither wait for nor block a
-    writer; the tuner's own connections take the write lock up front). Nothing is created."""
+    writer; the tuner's own connections take the write lock up front). No table is created; a file whose
+    schema is being made is opened once its maker is done (RDBStorage stamps its revision even here)."""
     path = local_path(url)
     if path is None or url.startswith(JOURNAL_PREFIX):
         return open_storage(url, create=False, flag=flag)
     _check_study_file(url, path, flag)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}}, skip_table_creation=True)
+        return _one_at_a_time_until_made(path, lambda: optuna.storages.RDBStorage(
+            url, engine_kwargs={"connect_args": {"timeout": 60}}, skip_table_creation=True))
     except Exception as exc:  # a schema Optuna cannot read
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{flag} {url}: cannot read {path} as an Optuna study database ({first})") from None
@@ -262,14 +264,7 @@ def _sqlite_storage(url: str, path: str) -> optuna.storages.RDBStorage:
     """
     from sqlalchemy import event
 
-    if _optuna_schema_done(path):
-        storage = _open_sqlite(url, path)
-    else:
-        # Optuna's table creation and its revision stamp are check-then-create, so two processes starting
-        # on one new file (two `tuner tune`, or a reader polling it) fail with "table already exists" or a
-        # duplicate alembic revision: one at a time, until the schema is done.
-        with directory_lock(os.path.dirname(os.path.abspath(path))):
-            storage = _open_sqlite(url, path)
+    storage = _one_at_a_time_until_made(path, lambda: _open_sqlite(url, path))
     engine = storage.engine
 
     @event.listens_for(engine, "connect")
@@ -282,6 +277,17 @@ def _sqlite_storage(url: str, path: str) -> optuna.storages.RDBStorage:
 
     engine.dispose()  # connections opened before the listeners existed
     return storage
+
+
+def _one_at_a_time_until_made(path: str, open_it):
+    """open_it() under the folder's lock until the file's schema is made to the end: RDBStorage's table
+    creation and its revision stamp are check-then-create (even a reader's, which skips the tables, stamps),
+    so two processes opening one new file (two `tuner tune`, or a reader polling it) fail with "table
+    already exists" or a duplicate alembic revision."""
+    if _optuna_schema_done(path):
+        return open_it()
+    with directory_lock(os.path.dirname(os.path.abspath(path))):
+        return open_it()
 
 
 def _open_sqlite(url: str, path: str) -> optuna.storages.RDBStorage:

@@ -153,22 +153,22 @@ def test_a_file_whose_schema_is_half_made_is_opened_after_its_creator_is_done(tm
     import threading
 
     from tuner.locks import directory_lock
-    from tuner.storage import _optuna_schema_done, open_storage
+    from tuner.storage import _optuna_schema_done, open_for_reading, open_storage
 
     path = tmp_path / "s.db"
     assert not _optuna_schema_done(str(path))
     open_storage(f"sqlite:///{path}")
     assert _optuna_schema_done(str(path))
-    with sqlite3.connect(path) as con:  # the moment between the creator's tables and its stamp
-        con.execute("DELETE FROM alembic_version")
-    assert not _optuna_schema_done(str(path))
-
-    opened = threading.Event()
-    with directory_lock(str(tmp_path)):  # a creator at work
-        opener = threading.Thread(target=lambda: (open_storage(f"sqlite:///{path}"), opened.set()))
-        opener.start()
-        assert not opened.wait(0.5)  # it waits for the creator, not stamps beside it
-    opener.join(60)
-    assert opened.is_set() and _optuna_schema_done(str(path))
-    with sqlite3.connect(path) as con:
-        assert con.execute("SELECT COUNT(*) FROM alembic_version").fetchone()[0] == 1
+    for opener_of in (open_storage, open_for_reading):  # a tune or a worker; status, report, a test's poll
+        with sqlite3.connect(path) as con:  # the moment between the creator's tables and its stamp
+            con.execute("DELETE FROM alembic_version")
+        assert not _optuna_schema_done(str(path))
+        opened = threading.Event()
+        with directory_lock(str(tmp_path)):  # a creator at work
+            opener = threading.Thread(target=lambda f=opener_of, done=opened: (f(f"sqlite:///{path}"), done.set()))
+            opener.start()
+            assert not opened.wait(0.5), opener_of  # it waits for the creator, not stamps beside it
+        opener.join(60)
+        assert opened.is_set() and _optuna_schema_done(str(path))
+        with sqlite3.connect(path) as con:
+            assert con.execute("SELECT COUNT(*) FROM alembic_version").fetchone()[0] == 1
