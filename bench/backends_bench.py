@@ -33,16 +33,16 @@ import optuna
 
 from tuner.api import study_problem
 from tuner.backends.base import get_backend
-from tuner.configs import defaults_chooser, normalize
-from tuner.demo import write_demo_model
+from tuner.cli.demo import write_demo_model
 from tuner.errors import UserError
-from tuner.jobs import Evaluator
+from tuner.execute.jobs import Evaluator
+from tuner.inputs.configs import defaults_chooser, normalize
+from tuner.inputs.space import SPACES_DIR
 from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
 from tuner.run.tune import tune_study
 from tuner.search.trials import baseline_trial, is_feasible, latency_of
-from tuner.space import SPACES_DIR
-from tuner.verify import verify_winner
+from tuner.winner.verify import verify_winner
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPACES = {"onnxruntime-cpu": "onnxruntime", "openvino-cpu": "openvino", "cpu": None}  # space -> its one backend

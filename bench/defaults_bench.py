@@ -24,14 +24,14 @@ import optuna
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tuner.demo import write_demo_model  # noqa: E402
-from tuner.jobs import Evaluator  # noqa: E402
-from tuner.problem import config_from_sets, load_problem  # noqa: E402
+from tuner.cli.demo import write_demo_model  # noqa: E402
+from tuner.execute.jobs import Evaluator  # noqa: E402
+from tuner.inputs.space import DEFAULT_SPACE  # noqa: E402
+from tuner.problem.spec import config_from_sets, load_problem  # noqa: E402
 from tuner.run.options import TuneOptions  # noqa: E402
 from tuner.run.tune import tune_study  # noqa: E402
 from tuner.search.trials import analysis_cost, baseline_trial, was_busy  # noqa: E402
-from tuner.space import DEFAULT_SPACE  # noqa: E402
-from tuner.verify import verify_winner  # noqa: E402
+from tuner.winner.verify import verify_winner  # noqa: E402
 
 
 def independent_space(work: str, base: str) -> str:

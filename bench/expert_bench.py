@@ -36,11 +36,11 @@ sys.path.insert(0, HERE)
 from backends_bench import model_inputs, side_by_side  # noqa: E402
 
 from tuner.api import study_problem  # noqa: E402
-from tuner.configs import defaults_chooser, normalize  # noqa: E402
-from tuner.machine import cpu_flags as _flags  # noqa: E402
+from tuner.inputs.configs import defaults_chooser, normalize  # noqa: E402
+from tuner.inputs.space import SPACES_DIR  # noqa: E402
+from tuner.measure.machine import cpu_flags as _flags  # noqa: E402
 from tuner.run.options import TuneOptions  # noqa: E402
 from tuner.run.tune import tune_study  # noqa: E402
-from tuner.space import SPACES_DIR  # noqa: E402
 
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "avx512_fp16")
 
@@ -62,7 +62,7 @@ def nncf_by_hand(problem, transformer: bool) -> tuple[list[str], dict]:
     from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, AdvancedSmoothQuantParameters
 
     from tuner.backends.openvino.quantize import read_model
-    from tuner.evaluate import ensure_reference
+    from tuner.execute.evaluate import ensure_reference
     from tuner.measure.accuracy import compute_metrics
 
     core = ov.Core()

@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tuner.backends.onnxruntime.session import make_session  # noqa: E402
-from tuner.demo import write_demo_model  # noqa: E402
+from tuner.cli.demo import write_demo_model  # noqa: E402
 from tuner.measure.latency import LatencyProtocol  # noqa: E402
 from tuner.measure.paired import time_blocks  # noqa: E402
 

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-from tuner.demo import write_demo_model
+from tuner.cli.demo import write_demo_model
 from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
 from tuner.run.tune import tune_study

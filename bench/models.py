@@ -4,7 +4,7 @@ the registry's torchvision wheel is linked against CUDA torch and does not impor
 and a BERT-style encoder (transformers' BertModel: 6 layers, hidden 384, 12 heads, sequence 128).
 Real weights: `minilm`, the sentence encoder paraphrase-MiniLM-L3-v2 with real sentences as inputs
 (bench/encoder.py), and `ocr-rec`, PP-OCRv4's text recognizer from the rapidocr-onnxruntime wheel with
-rendered text lines as inputs (bench/fetch_models.py). The demo model (tuner.demo) and the PP-OCRv4
+rendered text lines as inputs (bench/fetch_models.py). The demo model (tuner.cli.demo) and the PP-OCRv4
 models need no torch. Needs the
 `bench` extra: pip install -e ".[bench]"   (torch==2.13.0 is a CPU build)
 

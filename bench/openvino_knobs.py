@@ -20,15 +20,15 @@ import sys
 import tempfile
 
 from tuner.backends.openvino import device
-from tuner.demo import write_demo_model
-from tuner.evaluate import build, check_accuracy
-from tuner.machine import cpu_flags
+from tuner.cli.demo import write_demo_model
+from tuner.execute.evaluate import build, check_accuracy
+from tuner.inputs.space import SPACES_DIR
 from tuner.measure.latency import LatencyProtocol
+from tuner.measure.machine import cpu_flags
 from tuner.measure.paired import time_blocks
-from tuner.problem import load_problem
-from tuner.space import SPACES_DIR
+from tuner.problem.spec import load_problem
 
-PLANTED = [f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv"]  # tuner.demo's outlier inputs
+PLANTED = [f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv"]  # tuner.cli.demo's outlier inputs
 OV = {"backend": "openvino", "static_shapes": True}
 ENGINES = {
     "ORT defaults": {"backend": "onnxruntime", "precision": "fp32"},

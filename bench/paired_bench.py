@@ -23,9 +23,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tuner.demo import write_demo_model  # noqa: E402
-from tuner.jobs import Evaluator  # noqa: E402
-from tuner.problem import config_from_sets, load_problem  # noqa: E402
+from tuner.cli.demo import write_demo_model  # noqa: E402
+from tuner.execute.jobs import Evaluator  # noqa: E402
+from tuner.problem.spec import config_from_sets, load_problem  # noqa: E402
 
 CONFIGS = {  # label -> --set values; the first is the baseline (ORT defaults)
     "defaults": [],

@@ -28,7 +28,7 @@ REPO = os.path.dirname(HERE)
 
 from synthetic import synthetic_objective  # noqa: E402
 
-from tuner.space import SPACES_DIR  # noqa: E402
+from tuner.inputs.space import SPACES_DIR  # noqa: E402
 
 SMALL_SPACE = open(os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")).read()
 
@@ -81,7 +81,7 @@ def storage_overhead(url: str, name: str, tmp: str, model: str, n: int, mode: st
 def throughput(url: str, tmp: str, model: str, workers: int, n: int) -> dict:
     name = f"tp{workers}-{os.getpid()}"
     env = dict(os.environ, TUNER_CACHE=os.path.join(tmp, "cache"))
-    base = [sys.executable, "-m", "tuner.cli"]
+    base = [sys.executable, "-m", "tuner.cli.main"]
     subprocess.run(base + ["tune", model, "--study", name, "--storage", url, "--space", os.path.join(tmp, "small.yaml"),
                            "--shape", "x=2x64x256", "--require", "cos<=0.005", "--max-timing-s", "1", "--quiet",
                            "--seed", "0", "--max-trials", str(n), "--n-trials", "1", "--no-select"],
@@ -109,7 +109,7 @@ def main() -> None:
     pg, started = _pg_url(args.pg)
     try:
         with tempfile.TemporaryDirectory(prefix="pg-bench-") as tmp:
-            from tuner.demo import write_demo_model
+            from tuner.cli.demo import write_demo_model
 
             with open(os.path.join(tmp, "small.yaml"), "w") as f:
                 f.write(SMALL_SPACE)

@@ -22,13 +22,13 @@ import time
 import optuna
 
 from tuner.api import study_problem
-from tuner.demo import write_demo_model
-from tuner.jobs import Evaluator
+from tuner.cli.demo import write_demo_model
+from tuner.execute.jobs import Evaluator
+from tuner.inputs.space import SPACES_DIR
 from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
 from tuner.run.tune import tune_study
 from tuner.search.trials import baseline_trial, is_feasible, latency_of
-from tuner.space import SPACES_DIR
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = {  # name -> (shapes, int ranges, requirement)

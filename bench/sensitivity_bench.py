@@ -23,7 +23,7 @@ import time
 import optuna
 from fetch_models import ocr_model
 
-from tuner.demo import write_demo_model
+from tuner.cli.demo import write_demo_model
 from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
 from tuner.run.prepare import open_study

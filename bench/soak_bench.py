@@ -33,14 +33,14 @@ sys.path.insert(0, ROOT)
 
 from optuna.storages._cached_storage import _CachedStorage  # noqa: E402
 
-from tuner.demo import write_demo_model  # noqa: E402
-from tuner.jobs import Evaluator  # noqa: E402
-from tuner.machine import cpu_flags  # noqa: E402
+from tuner.cli.demo import write_demo_model  # noqa: E402
+from tuner.execute.jobs import Evaluator  # noqa: E402
+from tuner.inputs.space import SPACES_DIR  # noqa: E402
 from tuner.measure.latency import LatencyProtocol  # noqa: E402
+from tuner.measure.machine import cpu_flags  # noqa: E402
 from tuner.run.options import TuneOptions  # noqa: E402
 from tuner.run.tune import tune_study  # noqa: E402
 from tuner.search import study as study_mod  # noqa: E402
-from tuner.space import SPACES_DIR  # noqa: E402
 
 SAMPLER_CALLS = ("infer_relative_search_space", "sample_relative", "sample_independent", "before_trial", "after_trial")
 # Optuna's functions whose storage calls are Optuna's own work for a trial (any study makes them)
@@ -151,7 +151,7 @@ def describe(rows: list[dict], label: str) -> str:
 
 def run_command(args: list[str], cwd: str) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "tuner.cli", *args], cwd=cwd, check=True, capture_output=True,
+    subprocess.run([sys.executable, "-m", "tuner.cli.main", *args], cwd=cwd, check=True, capture_output=True,
                    env=dict(os.environ, PYTHONPATH=ROOT))
     return time.perf_counter() - t0
 

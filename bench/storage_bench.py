@@ -18,7 +18,7 @@ import tempfile
 import optuna
 from synthetic import synthetic_objective
 
-from tuner.demo import write_demo_model
+from tuner.cli.demo import write_demo_model
 from tuner.run.join import join_study
 from tuner.run.options import TuneOptions
 from tuner.run.prepare import open_study

@@ -20,8 +20,8 @@ import time
 import optuna
 from synthetic import synthetic_objective
 
-from tuner.configs import layer_candidates
-from tuner.demo import write_demo_model
+from tuner.cli.demo import write_demo_model
+from tuner.inputs.configs import layer_candidates
 from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
 from tuner.run.prepare import open_study

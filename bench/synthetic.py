@@ -2,7 +2,7 @@
 what it costs is the sampler and the storage, the part of a study that is not the builds."""
 from __future__ import annotations
 
-from tuner.configs import normalize, trial_chooser
+from tuner.inputs.configs import normalize, trial_chooser
 from tuner.search.objective import build_key
 from tuner.search.study import StudyContext
 

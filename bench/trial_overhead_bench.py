@@ -24,11 +24,11 @@ sys.path.insert(0, HERE)
 
 from backends_bench import model_inputs  # noqa: E402
 
-from tuner.configs import defaults_chooser, normalize  # noqa: E402
-from tuner.evaluate import ensure_reference  # noqa: E402
-from tuner.jobs import Evaluator, loaded_problem  # noqa: E402
-from tuner.machine import cpu_flags  # noqa: E402
-from tuner.problem import load_problem  # noqa: E402
+from tuner.execute.evaluate import ensure_reference  # noqa: E402
+from tuner.execute.jobs import Evaluator, loaded_problem  # noqa: E402
+from tuner.inputs.configs import defaults_chooser, normalize  # noqa: E402
+from tuner.measure.machine import cpu_flags  # noqa: E402
+from tuner.problem.spec import load_problem  # noqa: E402
 
 
 def load_job(spec: dict, cache_dir: str, study: str = "", on_phase=None) -> float:

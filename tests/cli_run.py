@@ -1,5 +1,5 @@
 """The `tuner` command line run in this process, as a test reads it: (exit code, stdout, stderr)."""
-from tuner.cli import main
+from tuner.cli.main import main
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:

@@ -3,7 +3,7 @@ import tempfile
 
 import pytest
 
-from tuner.demo import write_demo_model
+from tuner.cli.demo import write_demo_model
 
 
 def pytest_configure(config):

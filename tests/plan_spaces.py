@@ -5,8 +5,8 @@ import time
 
 import optuna
 
-from tuner.configs import normalize, trial_chooser
-from tuner.space import Param, Space
+from tuner.inputs.configs import normalize, trial_chooser
+from tuner.inputs.space import Param, Space
 
 
 def conditional_params() -> list[Param]:

@@ -1,4 +1,4 @@
-"""The Python API, mirroring the CLI: tuner.tune(...), tuner.load_study(...), tuner.select(...), tuner.export(...)."""
+"""The Python API, mirroring the CLI: tuner.tune(...), tuner.load_study(...), tuner.select(...), tuner.winner.export(...)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -6,15 +6,15 @@ from collections.abc import Iterable
 import optuna
 
 from .errors import UserError
-from .export import export_winner
-from .problem import Problem
+from .problem.spec import Problem
 from .run.options import TuneOptions
 from .run.tune import TuneResult, tune_study
 from .search.settings import SETTINGS_ATTR, allowed_metrics, check_metrics
 from .search.study import stored_settings
-from .storage import default_url
-from .storage import load_study as _load_study
-from .winner import select_winner
+from .store.storage import default_url
+from .store.storage import load_study as _load_study
+from .winner.export import export_winner
+from .winner.select import select_winner
 
 
 def tune(model: str | None = None, study: str = "demo", **options) -> TuneResult:

@@ -9,15 +9,15 @@ from needs import backend_or_skip
 
 from tuner.backends.base import Engine, engine_precision, known_backends
 from tuner.errors import UserError
-from tuner.evaluate import build, check_accuracy
-from tuner.problem import load_problem
+from tuner.execute.evaluate import build, check_accuracy
+from tuner.problem.spec import load_problem
 
-PLANTED = [f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv"]  # outlier inputs (tuner.demo)
+PLANTED = [f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv"]  # outlier inputs (tuner.cli.demo)
 
 
 @pytest.fixture(scope="module")
 def problem(tmp_path_factory):
-    from tuner.demo import write_demo_model
+    from tuner.cli.demo import write_demo_model
 
     path = write_demo_model(str(tmp_path_factory.mktemp("contract") / "planted.onnx"), outliers=2)
     return load_problem(path, shapes=["x=2x64x256"], require="cos<=0.0005", n_batches=2)

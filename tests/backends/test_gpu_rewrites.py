@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto
 
 from tuner.backends.common.onnx_precision import apply_precision, emulate_bf16, output_is_float32, to_bf16, to_fp16, to_int8_qdq
-from tuner.demo import write_demo_model
+from tuner.cli.demo import write_demo_model
 
 KEEP = [f"block{b}/attn/{p}_proj" for b in (1, 3) for p in "qkv"]  # the outlier-carrying MatMuls (outliers=2)
 

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from needs import backend_or_skip
 
-from tuner.demo import write_demo_model
-from tuner.evaluate import build, check_accuracy, measure
+from tuner.cli.demo import write_demo_model
+from tuner.execute.evaluate import build, check_accuracy, measure
+from tuner.inputs.space import SPACES_DIR, load_space
 from tuner.measure.latency import LatencyProtocol
-from tuner.problem import load_problem
-from tuner.space import SPACES_DIR, load_space
-from tuner.space_backends import check_backends
+from tuner.problem.space_backends import check_backends
+from tuner.problem.spec import load_problem
 
-PLANTED = [f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv"]  # outlier inputs (tuner.demo)
+PLANTED = [f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv"]  # outlier inputs (tuner.cli.demo)
 SPACE = os.path.join(SPACES_DIR, "openvino-cpu.yaml")
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=5, max_seconds=0.5)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -132,7 +132,7 @@ def test_without_openvino_cpu_yaml_keeps_onnxruntime_and_says_how_to_add_it(tmp_
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
 
     def tuner(*args):
-        return subprocess.run([sys.executable, "-m", "tuner.cli", *args], capture_output=True, text=True, env=env,
+        return subprocess.run([sys.executable, "-m", "tuner.cli.main", *args], capture_output=True, text=True, env=env,
                               cwd=ROOT)
 
     r = tuner("space", demo_path, "--space", os.path.join(SPACES_DIR, "cpu.yaml"))
@@ -143,7 +143,7 @@ def test_without_openvino_cpu_yaml_keeps_onnxruntime_and_says_how_to_add_it(tmp_
     assert "ov_precision" not in r.stdout and "int8_model_type" not in r.stdout and "intra_op_num_threads" in r.stdout
     r = tuner("space", demo_path, "--space", SPACE)  # its only backend: a one-line refusal
     assert r.returncode == 2 and "Traceback" not in r.stderr and 'pip install "engine-tuner[openvino]"' in r.stderr
-    default = subprocess.run([sys.executable, "-c", "from tuner.space import DEFAULT_SPACE; print(DEFAULT_SPACE)"],
+    default = subprocess.run([sys.executable, "-c", "from tuner.inputs.space import DEFAULT_SPACE; print(DEFAULT_SPACE)"],
                              capture_output=True, text=True, env=env, cwd=ROOT).stdout
     assert default.strip().endswith("onnxruntime-cpu.yaml")
 

@@ -16,7 +16,7 @@ import optuna  # noqa: E402
 from plan_spaces import parallel_params, space_of, synthetic_objective  # noqa: E402
 
 from tuner.search.plan_samplers import make_plan_sampler  # noqa: E402
-from tuner.storage import open_storage  # noqa: E402
+from tuner.store.storage import open_storage  # noqa: E402
 
 
 def storage(kind: str, path: str) -> optuna.storages.BaseStorage:

@@ -1,4 +1,4 @@
-"""Engines as Optuna artifacts (tuner.artifacts): a study tuned by `--jobs 2` worker processes on one host
+"""Engines as Optuna artifacts (tuner.store.artifacts): a study tuned by `--jobs 2` worker processes on one host
 uploads the engines its selection timed (and, with --keep-engines, every trial's, as the worker timed it);
 `tuner export` on another host (another folder, the study's folder copied there, the first host gone)
 writes the very bytes that were uploaded, checked against their sha256, and --rebuild still rebuilds."""
@@ -12,16 +12,16 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from tuner import artifacts
-from tuner.space import SPACES_DIR
-from tuner.storage import load_study, open_storage
-from tuner.winner import WINNER_ATTR, _upload_finalists
+from tuner.inputs.space import SPACES_DIR
+from tuner.store import artifacts
+from tuner.store.storage import load_study, open_storage
+from tuner.winner.select import WINNER_ATTR, _upload_finalists
 
 SMALL = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")  # no per-layer analysis: seconds
 
 
 def tuner(cwd, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tuner.cli", *map(str, args)], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tuner.cli.main", *map(str, args)], cwd=cwd, capture_output=True, text=True,
                           timeout=900)
 
 

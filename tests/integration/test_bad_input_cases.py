@@ -15,7 +15,7 @@ from cli_run import run_cli
 from onnx import TensorProto, helper, numpy_helper
 
 from tuner.errors import EXIT_ALL_FAILED, EXIT_NONE_FEASIBLE
-from tuner.space import SPACES_DIR
+from tuner.inputs.space import SPACES_DIR
 
 SMALL = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")
 SHAPE = ["--shape", "x=2x64x256"]

@@ -3,10 +3,10 @@ the study's band is timed again (--when-busy wait) or marked, and never scored f
 engines of the demo model; the band is set by the test so that the outcome does not depend on load."""
 import pytest
 
-from tuner.evaluate import RETIMES, measure
+from tuner.execute.evaluate import RETIMES, measure
 from tuner.measure.guard import BaselineBand
 from tuner.measure.latency import LatencyProtocol
-from tuner.problem import config_from_sets, load_problem
+from tuner.problem.spec import config_from_sets, load_problem
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=12, max_seconds=0.5)
 ONE_THREAD = ["intra_op_num_threads=1"]

@@ -6,11 +6,11 @@ import os
 import onnx
 import pytest
 
-from tuner.cli import main
-from tuner.evaluate import measure
+from tuner.cli.main import main
+from tuner.execute.evaluate import measure
+from tuner.inputs.space import SPACES_DIR
 from tuner.measure.latency import LatencyProtocol
-from tuner.problem import config_from_sets, load_problem
-from tuner.space import SPACES_DIR
+from tuner.problem.spec import config_from_sets, load_problem
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=5, max_seconds=1)
 SHAPE = ["x=2x64x256"]
@@ -18,7 +18,7 @@ SHAPE = ["x=2x64x256"]
 
 @pytest.fixture(scope="module")
 def problem(tmp_path_factory):
-    from tuner.demo import write_demo_model
+    from tuner.cli.demo import write_demo_model
 
     path = write_demo_model(str(tmp_path_factory.mktemp("m") / "demo.onnx"))
     # ONNX Runtime's space: where OpenVINO is installed the default is cpu.yaml (tests/integration/test_tune_across_backends.py)

@@ -23,19 +23,19 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from tuner.choices import Timing
-from tuner.isolate import TrialFailure
+from tuner.execute.isolate import TrialFailure
+from tuner.inputs.space import SPACES_DIR, load_space
 from tuner.measure.requirement import Requirement
-from tuner.record import FAIL_REASON, RETRY_OF, TrialRecord
 from tuner.run.tune import recover_stale_trials
+from tuner.search.choices import Timing
 from tuner.search.enqueue import enqueue_initial
 from tuner.search.objective import Objective
+from tuner.search.record import FAIL_REASON, RETRY_OF, TrialRecord
 from tuner.search.samplers import grid_space
 from tuner.search.seeding import is_lost
 from tuner.search.settings import StudySettings
 from tuner.search.study import StudyContext, create_or_resume, load_existing, stored_settings
-from tuner.space import SPACES_DIR, load_space
-from tuner.storage import open_storage
+from tuner.store.storage import open_storage
 
 N_TRIALS = 40
 STOPS = {15: "ctrl-c", 27: "sigkill"}
@@ -66,7 +66,7 @@ class Evaluator:
 
     def __init__(self, study: optuna.Study, stop_at: int | None = None, how: str | None = None):
         self.study, self.stop_at, self.how = study, stop_at, how
-        self.lock_waits = SimpleNamespace(take=lambda: 0.0)  # tuner.jobs.Evaluator's: no wait for a timing lock here
+        self.lock_waits = SimpleNamespace(take=lambda: 0.0)  # tuner.execute.jobs.Evaluator's: no wait for a timing lock here
 
     def measure(self, config: dict, out_dir: str, band=None, give_up_above=None) -> TrialRecord:
         behind = [t for t in self.study.get_trials(deepcopy=False) if t.state.is_finished() and not is_lost(t)]

@@ -5,12 +5,12 @@ import os
 
 import pytest
 
-from tuner import artifacts
-from tuner.cli import main
-from tuner.export_files import MANIFEST
+from tuner.cli.main import main
 from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions
 from tuner.run.tune import tune_study
+from tuner.store import artifacts
+from tuner.winner.export_files import MANIFEST
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,8 @@ import test_postgres as pg  # the PostgreSQL tests' server fixture and helpers
 from optuna.trial import TrialState
 
 from tuner.errors import UserError
-from tuner.proxy_client import ProxyClaimLock
 from tuner.run.claims import ClaimLock, budget_counts
+from tuner.store.proxy_client import ProxyClaimLock
 
 pg_url, work = pg.pg_url, pg.work  # their fixtures, used here under the same names
 
@@ -38,7 +38,7 @@ def _grpcio():
 def _start_proxy(work, db_url, port=0):
     """A `tuner proxy` process on 127.0.0.1 (port 0: a free one), its grpc:// URL and its stderr file."""
     err = open(work / f"proxy-{uuid.uuid4().hex[:6]}.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "tuner.cli", "proxy", "--storage", db_url, "--host", "127.0.0.1",
+    proc = subprocess.Popen([sys.executable, "-m", "tuner.cli.main", "proxy", "--storage", db_url, "--host", "127.0.0.1",
                              "--port", str(port)], cwd=work, env=pg.env_for(work), stdout=subprocess.PIPE, stderr=err,
                             text=True)
     try:
@@ -121,7 +121,7 @@ def test_the_claim_lock_is_the_databases_and_dies_with_its_holder(pg_url, work):
 
     study = pg._name("lock")
     with running_proxy(work, pg_url) as url:
-        holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom tuner.proxy_client import ProxyClaimLock\n"
+        holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom tuner.store.proxy_client import ProxyClaimLock\n"
                                    f"ProxyClaimLock({url!r}, {study!r}).acquire()\nprint('held', flush=True)\ntime.sleep(300)"],
                                   cwd=work, env=pg.env_for(work), stdout=subprocess.PIPE, text=True)
         try:
@@ -251,7 +251,7 @@ def test_no_proxy_answering_and_a_plain_optuna_proxy_are_one_line(work):
     # Optuna's own proxy has no heartbeats and no claim lock: refused, nothing written through it.
     from optuna.storages._grpc.server import make_server
 
-    from tuner.storage import open_storage
+    from tuner.store.storage import open_storage
 
     memory = optuna.storages.InMemoryStorage()
     server = make_server(memory, "127.0.0.1", port)

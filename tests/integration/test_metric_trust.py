@@ -14,12 +14,12 @@ from optuna.trial import TrialState
 
 from tuner.api import study_problem
 from tuner.errors import UserError
+from tuner.inputs.space import SPACES_DIR
 from tuner.run.join import join_study
 from tuner.run.options import TuneOptions
 from tuner.run.prepare import open_study
 from tuner.search.settings import SETTINGS_ATTR
-from tuner.space import SPACES_DIR
-from tuner.storage import load_study
+from tuner.store.storage import load_study
 
 SMALL = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")  # no per-layer ranking: open_study builds nothing
 # A metric that says where it was imported (each import appends a line), then measures nothing.
@@ -90,7 +90,7 @@ def test_a_changed_metric_file_or_a_rewritten_requirement_is_refused(work, demo_
 
 def _tuner(work, *args):
     env = dict(os.environ, PYTHONPATH=str(work), TUNER_TEST_IMPORTS=str(work / "imports.log"))
-    return subprocess.run([sys.executable, "-m", "tuner.cli", *args], cwd=work, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tuner.cli.main", *args], cwd=work, env=env, capture_output=True, text=True,
                           timeout=300)
 
 

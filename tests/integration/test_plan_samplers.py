@@ -12,8 +12,9 @@ import optuna
 import pytest
 from plan_spaces import HELPED, conditional_params, parallel_params, space_of, synthetic_objective
 
-from tuner.cli import main
-from tuner.configs import defaults_chooser, trial_params
+from tuner.cli.main import main
+from tuner.inputs.configs import defaults_chooser, trial_params
+from tuner.inputs.space import SPACES_DIR, load_space
 from tuner.search.plan_samplers import (
     CONFIG_ATTR,
     INDEX_ATTR,
@@ -27,7 +28,6 @@ from tuner.search.plans import activation, active_config, plan_key, plans_fast, 
 from tuner.search.samplers import make_sampler
 from tuner.search.settings import StudySettings
 from tuner.search.trials import best_feasible, latency_of
-from tuner.space import SPACES_DIR, load_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 DEFAULTS = {"keep_float/top_k": 3}

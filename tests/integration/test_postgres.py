@@ -15,11 +15,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner.demo import write_demo_model
-from tuner.machine import machine_id
+from tuner.cli.demo import write_demo_model
+from tuner.inputs.space import SPACES_DIR, load_space
+from tuner.measure.machine import machine_id
 from tuner.run.claims import budget_counts
 from tuner.run.join import this_machine
-from tuner.space import SPACES_DIR, load_space
 
 SMALL_SPACE = open(os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")).read()
 PG_ENV = "TUNER_TEST_PG_URL"
@@ -39,7 +39,7 @@ def pg_url():
             why = 'psycopg missing: pip install -e ".[postgres]"'
         else:
             from tuner.errors import UserError
-            from tuner.storage import open_storage
+            from tuner.store.storage import open_storage
 
             try:
                 open_storage(url)
@@ -66,13 +66,13 @@ def env_for(work, **extra):
 
 
 def tuner(work, *args, timeout=300, env=None):
-    return subprocess.run([sys.executable, "-m", "tuner.cli", *args], cwd=work, env=env_for(work, **(env or {})),
+    return subprocess.run([sys.executable, "-m", "tuner.cli.main", *args], cwd=work, env=env_for(work, **(env or {})),
                           capture_output=True, text=True, timeout=timeout)
 
 
 def worker_proc(work, url, study, *extra, log=None):
     out = open(work / f"{log or uuid.uuid4().hex}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "tuner.cli", "worker", "--study", study, "--storage", url, "--quiet",
+    return subprocess.Popen([sys.executable, "-m", "tuner.cli.main", "worker", "--study", study, "--storage", url, "--quiet",
                              "--max-timing-s", "0.5", *extra], cwd=work, env=env_for(work), stdout=out, stderr=out)
 
 
@@ -245,11 +245,11 @@ parameters:
 
 def test_calibration_ranges_are_stored_in_the_study_and_reused(work, tmp_path, demo_path):
     """Needs no server: the study (SQLite here) carries the ranges to every worker's cache."""
-    from tuner import cache
     from tuner.measure.latency import LatencyProtocol
     from tuner.run.claims import CALIB_PREFIX, download_calibration
     from tuner.run.options import TuneOptions
     from tuner.run.tune import tune_study
+    from tuner.store import cache
 
     (tmp_path / "static.yaml").write_text(STATIC_SPACE)
     result = tune_study(TuneOptions(study="c", model=demo_path, storage=f"sqlite:///{tmp_path}/c.db",

@@ -1,5 +1,5 @@
 """The README and docs/ as a user reads them: every `tuner ...` line in their code blocks parses with the
-real parser (tuner.cli.build_parser, no process spawned), every relative link leads to a file (and a
+real parser (tuner.cli.main.build_parser, no process spawned), every relative link leads to a file (and a
 heading, where it names one), the README stays short, and it still holds the test command .ci/run runs."""
 import argparse
 import glob
@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from tuner.cli import build_parser
+from tuner.cli.main import build_parser
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 README = os.path.join(ROOT, "README.md")

@@ -12,11 +12,11 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 
-from tuner.cli import main
+from tuner.cli.main import main
 from tuner.errors import UserError
-from tuner.locks import device_lock
-from tuner.space import SPACES_DIR
-from tuner.storage import load_study
+from tuner.inputs.space import SPACES_DIR
+from tuner.store.locks import device_lock
+from tuner.store.storage import load_study
 
 SMALL_SPACE = open(os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")).read()
 # The small space has 24 configs: once they are built every trial reuses one and ends in milliseconds, so a
@@ -57,7 +57,7 @@ def work(tmp_path, demo_path):
 
 
 def tuner_cmd(work, *args):
-    return [sys.executable, "-m", "tuner.cli", *args]
+    return [sys.executable, "-m", "tuner.cli.main", *args]
 
 
 def env_for(work):
@@ -176,7 +176,7 @@ def test_kill_9_then_resume_loses_nothing(work, demo_path):
 
 
 def _measured(cache_dir) -> dict:
-    """The analysis builds cached as they were measured (tuner.sensitivity._measure), all files together."""
+    """The analysis builds cached as they were measured (tuner.analysis.sensitivity._measure), all files together."""
     import json
 
     out = {}
@@ -384,7 +384,7 @@ def _take_lock(path, got):
 
 
 def test_a_study_name_used_for_another_model_is_refused(tmp_path, demo_path, capsys, monkeypatch):
-    from tuner.demo import write_demo_model
+    from tuner.cli.demo import write_demo_model
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "small.yaml").write_text(SMALL_SPACE)

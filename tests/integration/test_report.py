@@ -13,7 +13,7 @@ import pytest
 from needs import chromium_or_skip
 from optuna.trial import TrialState
 
-from tuner.demo import write_demo_model
+from tuner.cli.demo import write_demo_model
 from tuner.errors import UserError
 from tuner.measure.latency import LatencyProtocol
 from tuner.report import (
@@ -31,7 +31,7 @@ from tuner.report import (
 from tuner.run.options import TuneOptions
 from tuner.run.tune import tune_study
 from tuner.search.trials import is_feasible
-from tuner.storage import load_study
+from tuner.store.storage import load_study
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=1)
 NOTEBOOK = os.path.join(os.path.dirname(__file__), "..", "..", "notebooks", "analyze_study.ipynb")
@@ -164,8 +164,8 @@ def test_history_importance_layers_summary(study):
 
 def _run_cli(argv):
     """The report command as the CLI runs it, with its UserError raised (main prints it as one line)."""
-    from tuner import commands
-    from tuner.cli import build_parser
+    from tuner.cli import commands
+    from tuner.cli.main import build_parser
 
     args = build_parser().parse_args(argv)
     return getattr(commands, args.run)(args)

@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
+from tuner.inputs.space import SPACES_DIR
 from tuner.run.options import TuneOptions
 from tuner.run.tune import tune_study
 from tuner.search.settings import SCHEMA, SETTINGS_ATTR
-from tuner.space import SPACES_DIR
-from tuner.storage import load_study
+from tuner.store.storage import load_study
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SCHEMA_1_COMMIT = "c6beb3e"  # the last commit whose studies store the untyped settings
@@ -32,6 +32,7 @@ def _old_tuner(tmp_path) -> str:
 def test_a_study_made_before_the_typed_settings_resumes_reports_and_exports(tmp_path, demo_path):
     url = f"sqlite:///{tmp_path}/old.db"
     env = os.environ | {"PYTHONPATH": _old_tuner(tmp_path)}
+    # the old code's own entry point: its flat layout had tuner/cli.py
     made = subprocess.run([sys.executable, "-m", "tuner.cli", "tune", demo_path, "--study", "old", "--storage", url,
                            "--shape", "x=2x64x256", "--require", "cos<=0.005", "--space", SMALL, "--n-trials", "2",
                            "--no-select", "--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True)
@@ -48,6 +49,6 @@ def test_a_study_made_before_the_typed_settings_resumes_reports_and_exports(tmp_
     for argv in (["status", "--study", "old", "--storage", url],
                  ["report", "--study", "old", "--storage", url, "--out", str(tmp_path / "r.html")],
                  ["export", "--study", "old", "--storage", url, "--out", str(tmp_path / "engine")]):
-        r = subprocess.run([sys.executable, "-m", "tuner.cli", *argv], cwd=tmp_path, capture_output=True, text=True)
+        r = subprocess.run([sys.executable, "-m", "tuner.cli.main", *argv], cwd=tmp_path, capture_output=True, text=True)
         assert r.returncode == 0, (argv[0], r.stderr[-2000:])
     assert os.path.isfile(tmp_path / "r.html") and os.path.isfile(tmp_path / "engine" / "config.json")

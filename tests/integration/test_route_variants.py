@@ -4,14 +4,14 @@ variants on the demo encoder (attention: model type TRANSFORMER, SmoothQuant off
 float) condition the ranking and the greedy trial, which takes bf16 float parts where the CPU has BF16."""
 import pytest
 
-from tuner import analysis
-from tuner.cli import main
-from tuner.demo import write_demo_model
+from tuner.analysis import rankings
+from tuner.analysis.variants import choose
+from tuner.cli.demo import write_demo_model
+from tuner.cli.main import main
 from tuner.measure.latency import LatencyProtocol
 from tuner.report.view import summary_rows
 from tuner.run.options import TuneOptions
 from tuner.run.tune import tune_study
-from tuner.variants import choose
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=0.5)
 MASKED = dict(shapes=["x=2x16x32", "mask=2x16"], int_ranges=["mask=0:2"])
@@ -107,7 +107,7 @@ def openvino_study(tmp_path_factory):
         mp.setenv("TUNER_CACHE", str(tmp / "cache"))
         # The analysis skips the ranking of a route whose variants read clearly slower than fp32 (quick timing):
         # the demo's int8 reads close to its fp32, and a loaded machine tips it. Not what this tests.
-        mp.setattr(analysis, "NOT_FASTER", float("inf"))
+        mp.setattr(rankings, "NOT_FASTER", float("inf"))
         study = tune_study(TuneOptions(study="ov", model=planted, storage=storage, space=str(tmp / "space.yaml"),
                                  shapes=["x=2x64x256"], require="cos<=0.002", seed=0, n_trials=2, protocol=FAST,
                                  progress=False, quiet=True, select=False)).study

@@ -4,16 +4,16 @@ import dataclasses
 
 import pytest
 
-from tuner.cli import main
-from tuner.demo import write_demo_model
-from tuner.jobs import Evaluator
+from tuner.analysis.quantizing import quantizing_override
+from tuner.analysis.sensitivity import analyze
+from tuner.cli.demo import write_demo_model
+from tuner.cli.main import main
+from tuner.execute.jobs import Evaluator
 from tuner.measure.latency import LatencyProtocol
-from tuner.problem import load_problem
-from tuner.quantizing import quantizing_override
+from tuner.problem.spec import load_problem
 from tuner.run.options import TuneOptions
 from tuner.run.tune import tune_study
 from tuner.search.trials import is_feasible
-from tuner.sensitivity import analyze
 
 PLANTED = {f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv"}
 # At this bound every 5 of the 6 planted projections in float still fail (cos >= 0.00087 here) and

@@ -9,13 +9,13 @@ import onnxruntime as ort
 import pytest
 from cli_run import run_cli
 
-from tuner.cli import main
+from tuner.cli.main import main
 from tuner.errors import UserError
-from tuner.profiling import attribute, onnx_node_of, profile_rows
-from tuner.ref_outputs import check_against_engine
+from tuner.inputs.ref_outputs import check_against_engine
+from tuner.inputs.space import SPACES_DIR
+from tuner.report.profile_table import attribute, onnx_node_of, profile_rows
 from tuner.search.trials import speed_key
-from tuner.space import SPACES_DIR
-from tuner.storage import load_study
+from tuner.store.storage import load_study
 
 SMALL = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")
 FAST = ["--space", SMALL, "--max-timing-s", "0.3", "--quiet"]

@@ -7,8 +7,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner.cli import main
-from tuner.demo import write_demo_model
+from tuner.cli.demo import write_demo_model
+from tuner.cli.main import main
 from tuner.errors import UserError
 from tuner.measure.latency import LatencyProtocol
 from tuner.run.options import TuneOptions

@@ -5,18 +5,18 @@ import os
 import pytest
 from needs import backend_or_skip
 
-from tuner import analysis
+from tuner.analysis import rankings
 from tuner.api import study_problem
 from tuner.backends.base import get_backend
-from tuner.cli import main
-from tuner.evaluate import ensure_reference
-from tuner.export import export_winner
+from tuner.cli.main import main
+from tuner.execute.evaluate import ensure_reference
+from tuner.inputs.space import SPACES_DIR
 from tuner.measure.accuracy import compute_metrics
 from tuner.measure.latency import LatencyProtocol
 from tuner.report.status import status_lines
 from tuner.run.options import TuneOptions
 from tuner.run.tune import describe_result, tune_study
-from tuner.space import SPACES_DIR
+from tuner.winner.export import export_winner
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=0.5)
 
@@ -84,7 +84,7 @@ def test_a_cpu_study_holds_both_backends_and_its_exported_winner_reproduces_its_
 
 
 def test_sensitivity_ranks_the_planted_blocks_first_for_openvino_int8(tmp_path, capsys):
-    from tuner.demo import write_demo_model
+    from tuner.cli.demo import write_demo_model
 
     planted = write_demo_model(str(tmp_path / "planted.onnx"), outliers=2)
     prefix = str(tmp_path / "sens")
@@ -123,11 +123,11 @@ REQUIRE = "cos<=0.002"
 
 
 def test_the_sensitivity_encoding_ranks_and_queues_the_openvino_float_set(tmp_path, monkeypatch):
-    from tuner.demo import write_demo_model
+    from tuner.cli.demo import write_demo_model
 
     # The analysis skips the ranking of a route whose variants read clearly slower than fp32 (quick timing):
     # the demo's int8 reads close to its fp32, and a loaded machine tips it. Not what this tests.
-    monkeypatch.setattr(analysis, "NOT_FASTER", float("inf"))
+    monkeypatch.setattr(rankings, "NOT_FASTER", float("inf"))
 
     planted = write_demo_model(str(tmp_path / "planted.onnx"), outliers=2)
     (tmp_path / "space.yaml").write_text(SENSITIVITY_SPACE)

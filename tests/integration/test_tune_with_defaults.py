@@ -8,18 +8,18 @@ import time
 import pytest
 from optuna.trial import TrialState
 
-from tuner import analysis
-from tuner.cli import main
-from tuner.demo import write_demo_model
-from tuner.evaluate import build, measure
+from tuner.analysis import rankings
+from tuner.cli.demo import write_demo_model
+from tuner.cli.main import main
+from tuner.execute.evaluate import build, measure
+from tuner.inputs.space import SPACES_DIR
 from tuner.measure.latency import LatencyProtocol
 from tuner.measure.paired import measure_paired
-from tuner.problem import config_from_sets, load_problem
+from tuner.problem.spec import config_from_sets, load_problem
 from tuner.run.options import TuneOptions
 from tuner.run.tune import tune_study
 from tuner.search.failures import KNOWN_FAILURE, PREFIX
 from tuner.search.trials import is_feasible
-from tuner.space import SPACES_DIR
 
 FAST = LatencyProtocol(warmup=1, min_runs=3, max_runs=12, max_seconds=1)
 PLANTED = sorted(f"block{b}/attn/{t}_proj" for b in (1, 3) for t in "qkv")
@@ -45,7 +45,7 @@ def planted_study(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         # The analysis skips the ranking of a route whose variants read clearly slower than fp32 (quick timing):
         # the demo's int8 reads close to its fp32, and a loaded machine tips it. Not what this tests.
-        mp.setattr(analysis, "NOT_FASTER", float("inf"))
+        mp.setattr(rankings, "NOT_FASTER", float("inf"))
         result = tune_study(options(tmp, "a", model, n_trials=4))
     return tmp, model, result
 

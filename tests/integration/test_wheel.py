@@ -32,9 +32,9 @@ def test_the_wheel_ships_every_module_and_the_default_space(tmp_path):
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     py = str(venv / "bin" / "python")
-    subprocess.run([py, "-m", "tuner.cli", "demo-model", "--out", "demo.onnx"], cwd=elsewhere, check=True, env=env,
+    subprocess.run([py, "-m", "tuner.cli.main", "demo-model", "--out", "demo.onnx"], cwd=elsewhere, check=True, env=env,
                    capture_output=True)
-    r = subprocess.run([py, "-m", "tuner.cli", "space", "demo.onnx"], cwd=elsewhere, env=env, capture_output=True, text=True)
+    r = subprocess.run([py, "-m", "tuner.cli.main", "space", "demo.onnx"], cwd=elsewhere, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     default = "cpu" if importlib.util.find_spec("openvino") else "onnxruntime-cpu"  # where OpenVINO is installed
     assert f"space {default} (" in r.stdout and os.path.join("tuner", "search_spaces") in r.stdout, r.stdout

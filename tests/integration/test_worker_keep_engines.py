@@ -7,15 +7,15 @@ import sys
 
 from optuna.trial import TrialState
 
-from tuner.record import REUSED_FROM
-from tuner.space import SPACES_DIR
-from tuner.storage import load_study
+from tuner.inputs.space import SPACES_DIR
+from tuner.search.record import REUSED_FROM
+from tuner.store.storage import load_study
 
 SMALL = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")
 
 
 def _tuner(work, *args):
-    return subprocess.run([sys.executable, "-m", "tuner.cli", *args], cwd=work, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tuner.cli.main", *args], cwd=work, capture_output=True, text=True,
                           timeout=300)
 
 

@@ -9,12 +9,12 @@ import pytest
 from cli_run import run_cli
 
 from tuner.errors import UserError
+from tuner.inputs.space import SPACES_DIR
 from tuner.measure.requirement import Requirement
-from tuner.problem import ProblemSpec
+from tuner.problem.spec import ProblemSpec
 from tuner.run.join import _localized
 from tuner.search.settings import StudySettings
-from tuner.space import SPACES_DIR
-from tuner.storage import load_study
+from tuner.store.storage import load_study
 
 SMALL = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")
 FAST = ["--space", SMALL, "--max-timing-s", "0.3", "--quiet"]

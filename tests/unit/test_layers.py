@@ -1,14 +1,29 @@
-"""The package's import graph: no circle, no import of a tuner module hidden in a function, the search
-never reaching a backend, and ONNX Runtime imported only by its backend and the reference."""
+"""The package's import graph: packages in layers that import only downward, no circle, no import of a tuner module
+hidden in a function, the search never reaching a backend, and ONNX Runtime imported only by its backend and the reference."""
 import ast
 import os
 
 import pytest
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "tuner")
-# Modules the search may not reach, directly or through others: they build or time engines.
-BUILDERS = ("tuner.evaluate", "tuner.jobs", "tuner.isolate", "tuner.reference", "tuner.winner", "tuner.export", "tuner.verify",
-            "tuner.sensitivity", "tuner.run")
+# The layers, top to bottom: a module imports from its own package and from the rows below its own, never
+# from a row above or a neighbour in its row (docs/architecture.md says what each holds). `tuner` is the
+# package's __init__ (its version).
+LAYERS = (
+    ("tuner.cli",),
+    ("tuner.api",),
+    ("tuner.run",),
+    ("tuner.winner", "tuner.analysis"),
+    ("tuner.execute", "tuner.report"),
+    ("tuner.search",),
+    ("tuner.problem",),
+    ("tuner.backends",),
+    ("tuner.store",),
+    ("tuner.inputs", "tuner.measure"),
+    ("tuner.errors", "tuner"),
+)
+# What the search may not reach, directly or through others: what builds or times engines.
+BUILDERS = ("tuner.execute", "tuner.winner", "tuner.analysis", "tuner.run", "tuner.problem.reference")
 BACKEND_LIBS = ("onnxruntime", "openvino", "nncf", "tensorrt")
 
 
@@ -61,6 +76,26 @@ def _closure(start: str) -> set[str]:
     return seen
 
 
+def _layer(module: str) -> tuple[int, str]:
+    """(row, package) of a module: the longest entry of LAYERS it is or lies under."""
+    hits = [(i, p) for i, row in enumerate(LAYERS) for p in row if module == p or module.startswith(p + ".")]
+    assert hits, f"{module} is in no layer: place its package in LAYERS and docs/architecture.md"
+    return max(hits, key=lambda h: len(h[1]))
+
+
+def test_every_entry_of_the_package_is_a_layer():
+    entries = sorted(f[:-3] if f.endswith(".py") else f for f in os.listdir(ROOT) if not f.startswith(("_", ".")))
+    assert entries == sorted(p.split(".", 1)[1] for row in LAYERS for p in row if p != "tuner")
+    assert len(os.listdir(ROOT)) - ("__pycache__" in os.listdir(ROOT)) <= 15
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_module_imports_only_its_own_package_and_the_rows_below(module):
+    row, package = _layer(module)
+    upward = sorted(i for i in GRAPH[module] if _layer(i)[1] != package and _layer(i)[0] <= row)
+    assert upward == [], f"{module} (row {row}) imports {[(i, _layer(i)[0]) for i in upward]}"
+
+
 def test_no_import_circle():
     for m in MODULES:
         assert m not in _closure(m), (f"{m} imports itself through "
@@ -84,5 +119,5 @@ def test_the_search_reaches_no_builder_and_no_backend(module):
 
 def test_onnxruntime_is_imported_only_by_its_backend_and_the_reference():
     users = sorted(m for m, p in MODULES.items() for i, _ in _imports(m, p) if i.split(".")[0] == "onnxruntime")
-    outside = [m for m in users if not m.startswith("tuner.backends.") and m != "tuner.reference"]
+    outside = [m for m in users if not m.startswith("tuner.backends.") and m != "tuner.problem.reference"]
     assert users and outside == [], outside

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import UserError
-from ..model import ModelFile
+from ..inputs.model import ModelFile
 
 if TYPE_CHECKING:
-    from ..space import Param
+    from ..inputs.space import Param
 
 Batch = dict[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
@@ -103,7 +103,7 @@ class Backend(abc.ABC):
     float32: dict = {}
     # Settings (config keys) an expert gives a quantized engine where the adapted space offers them
     # (OpenVINO: bf16 for the float parts on a CPU with BF16, static shapes); the route variants, the
-    # ranking and its enqueued greedy trial use them (tuner.variants).
+    # ranking and its enqueued greedy trial use them (tuner.analysis.variants).
     quantized_settings: dict = {}
 
     @abc.abstractmethod
@@ -139,7 +139,7 @@ class Backend(abc.ABC):
 
     # B027: an optional hook, empty by default on purpose (a backend without it has nothing to keep)
     def measured(self, model: ModelFile, ctx: BuildContext, median_ms: float, feasible: bool) -> None:  # noqa: B027
-        """Told after the engine in ctx.workdir was timed (tuner.evaluate.measure); TensorRT keeps the
+        """Told after the engine in ctx.workdir was timed (tuner.execute.evaluate.measure); TensorRT keeps the
         fastest feasible engine's tactics for later trials."""
 
     def why_unknown(self, parameter: str) -> str:
@@ -155,8 +155,8 @@ class Backend(abc.ABC):
 
     def route_variants(self, route: str, attention: bool) -> list[dict]:
         """The accuracy-relevant option sets (config keys; {} = the space's defaults) of a quantizing
-        route, each built all-quantized before layers are ranked (tuner.variants); attention: the model
-        has the scaled dot-product pattern (tuner.attention). By default one: the space's defaults."""
+        route, each built all-quantized before layers are ranked (tuner.analysis.variants); attention: the model
+        has the scaled dot-product pattern (tuner.inputs.attention). By default one: the space's defaults."""
         return [{}]
 
 

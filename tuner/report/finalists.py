@@ -39,7 +39,7 @@ def finalist_rows(winner: dict) -> list[tuple[str, str]]:
         rows.append((f"trial {f['trial']}", f"{ratio}{f['median_ms']:.3f} ms, p10-p90 {f['p10_ms']:.3f}-{f['p90_ms']:.3f}, "
                                             f"95% CI [{f['ci_low_ms']:.3f}, {f['ci_high_ms']:.3f}]"
                                             + (f"  ({', '.join(role)})" if role else "")))
-    if winner.get("tie"):  # selected with the simplest-among-ties rule (tuner.winner.simplest_among_ties)
+    if winner.get("tie"):  # selected with the simplest-among-ties rule (tuner.winner.select.simplest_among_ties)
         rows.append(("tie", _simplest_tie_text(winner)))
     tied = tied_with_winner(winner) if "tie" not in winner else []  # a winner stored before that rule
     if tied:

@@ -6,14 +6,14 @@ import os
 import optuna
 from optuna.trial import TrialState
 
-from ..artifacts import resolve_store
-from ..artifacts import usage as artifacts_usage
-from ..machine import machine_id
+from ..inputs.user_paths import dir_bytes
+from ..measure.machine import machine_id
 from ..search.failures import learnt_failures
 from ..search.settings import SETTINGS_ATTR, readable_settings
 from ..search.trials import baseline_trial, best_feasible, is_feasible, latency_of, speedup_of, was_busy, work_line
-from ..storage import local_path
-from ..user_paths import dir_bytes
+from ..store.artifacts import resolve_store
+from ..store.artifacts import usage as artifacts_usage
+from ..store.storage import local_path
 from .as_run import precision_text, vs_defaults_text
 from .variants import rankings_lines
 

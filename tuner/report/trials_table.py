@@ -8,8 +8,7 @@ import math
 
 from optuna.trial import FrozenTrial, TrialState
 
-from ..progress import shorten
-from ..record import BASELINE, REUSED_FROM
+from ..search.record import BASELINE, REUSED_FROM
 from ..search.trials import (
     disturbed,
     fail_reason,
@@ -21,6 +20,7 @@ from ..search.trials import (
     stopped_early,
     was_busy,
 )
+from .progress import shorten
 from .view import StudyView, float_layers, route_of
 
 REASON_CHARS = 60

@@ -1,4 +1,4 @@
-"""The route-variant table of a study's rankings (tuner.variants), as `tuner status`, `tuner sensitivity`,
+"""The route-variant table of a study's rankings (tuner.analysis.variants), as `tuner status`, `tuner sensitivity`,
 `tune` and the report's summary print it: each variant's options, error and quick latency, and which
 one the layers were ranked for."""
 from __future__ import annotations

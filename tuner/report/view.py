@@ -251,7 +251,7 @@ def summary_rows(study) -> list[tuple[str, str]]:
             ("feasible / infeasible", f"{len(feasible)} / {len(done) - len(feasible)}"
              + (" - no trial meets the requirement" if done and not feasible else "")),
             ("work", work_line(trials, s.rankings) + f"; timing {s.timing.value}")]
-    for name, ranking in (s.rankings or {}).items():  # the route variants before the layers (tuner.variants)
+    for name, ranking in (s.rankings or {}).items():  # the route variants before the layers (tuner.analysis.variants)
         lines = variant_lines(name, ranking)
         if lines:
             rows.append(("route variants", lines[0].rstrip(":")))

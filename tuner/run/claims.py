@@ -21,14 +21,14 @@ from dataclasses import asdict
 import optuna
 from optuna.trial import TrialState
 
-from .. import cache
 from ..errors import UserError
-from ..machine import machine_id
 from ..measure.latency import LatencyProtocol
-from ..proxy_client import GRPC_PREFIX, ProxyClaimLock
-from ..record import BASELINE, BASELINE_MACHINE, MACHINE, RETRY_OF
+from ..measure.machine import machine_id
 from ..search.enqueue import baseline_params
-from ..storage import local_path
+from ..search.record import BASELINE, BASELINE_MACHINE, MACHINE, RETRY_OF
+from ..store import cache
+from ..store.proxy_client import GRPC_PREFIX, ProxyClaimLock
+from ..store.storage import local_path
 
 MAX_TRIALS_ATTR = "max_trials"
 PROTOCOL_ATTR = "protocol"

@@ -7,16 +7,16 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..backends.base import backend_devices, backend_versions
-from ..data import refs_hash, refs_part
 from ..errors import UserError
-from ..machine import fingerprint, machine_id, same_machine
-from ..model import model_hash
-from ..problem import Problem
+from ..inputs.data import refs_hash, refs_part
+from ..inputs.model import model_hash
+from ..inputs.space import SPACES_DIR
+from ..measure.machine import fingerprint, machine_id, same_machine
+from ..problem.spec import Problem
 from ..search.samplers import make_sampler
 from ..search.settings import SETTINGS_ATTR, StudySettings, allowed_metrics, check_data, check_metrics, file_hash
 from ..search.study import StudyContext, load_existing, stored_settings
-from ..space import SPACES_DIR
-from ..storage import check_study_name, open_storage
+from ..store.storage import check_study_name, open_storage
 
 
 def _localized(name: str, settings: StudySettings, key: str, given: str | None, what: str, flag: str,

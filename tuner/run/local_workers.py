@@ -1,7 +1,7 @@
 """Run a study's trials in this process or in N local worker processes, under one shared budget.
 
 Every worker is a separate process with its own sampler (the study's seed, each trial seeded by its place) on the same storage.
-Builds run in parallel; timing stays exclusive per device through the lock in tuner.locks. The
+Builds run in parallel; timing stays exclusive per device through the lock in tuner.store.locks. The
 parent hands out trials one at a time from a shared counter, so a budget of N trials runs exactly
 N, and it shows the progress of all workers, which report each finished trial's number.
 """
@@ -16,13 +16,13 @@ from collections.abc import Callable
 
 from optuna.trial import TrialState
 
-from ..isolate import TrialFailure
-from ..jobs import Evaluator
+from ..execute.isolate import TrialFailure
+from ..execute.jobs import Evaluator
+from ..execute.orphans import end_with_parent
 from ..measure.requirement import Requirement
-from ..orphans import end_with_parent
-from ..record import WORKER
 from ..search.enqueue import baseline_config
 from ..search.objective import Objective
+from ..search.record import WORKER
 from ..search.settings import allowed_metrics
 from ..search.study import StudyContext
 from ..search.trials import is_feasible, speed_key
@@ -123,7 +123,7 @@ def _worker_main(url: str, study: str, opts: TuneOptions, index: int, budget: Bu
 def run_parallel(ctx: StudyContext, opts: TuneOptions, jobs: int, budget: Budget, callbacks: list) -> list[str]:
     """Start `jobs` workers on the study, feed their finished trials to callbacks, wait for all.
     Returns the errors of workers that could not run. The calling thread starts the workers and waits
-    for them here: their parent-death signal (tuner.orphans) follows that thread, which outlives them."""
+    for them here: their parent-death signal (tuner.execute.orphans) follows that thread, which outlives them."""
     done: mp.Queue = _SPAWN.Queue()
     procs = [_SPAWN.Process(target=_worker_main, args=(ctx.url, ctx.study.study_name, opts, i, budget, done))
              for i in range(jobs)]

@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ..analysis.sensitivity import DEFAULT_BUDGET
 from ..measure.latency import LatencyProtocol
-from ..sensitivity import DEFAULT_BUDGET
-from ..storage import default_url, local_path
+from ..store.storage import default_url, local_path
 
 
 @dataclass
@@ -19,7 +19,7 @@ class TuneOptions:
     space: str | None = None
     data: str | None = None
     calib_data: str | None = None
-    ref_outputs: str | None = None  # .npz of the training framework's outputs of --data: the reference (tuner.ref_outputs)
+    ref_outputs: str | None = None  # .npz of the training framework's outputs of --data: the reference (tuner.inputs.ref_outputs)
     shapes: list[str] | None = None
     int_ranges: list[str] | None = None
     require: str | list[str] | None = None

@@ -8,12 +8,12 @@ import os
 import sys
 from dataclasses import replace
 
-from ..analysis import ranking_notes, study_rankings
+from ..analysis.rankings import ranking_notes, study_rankings
 from ..backends.base import get_backend
-from ..choices import Timing
-from ..configs import effective_encoding
 from ..errors import UserError
-from ..problem import print_notes
+from ..inputs.configs import effective_encoding
+from ..problem.spec import print_notes
+from ..search.choices import Timing
 from ..search.enqueue import parse_enqueue
 from ..search.settings import (
     allowed_metrics,
@@ -24,15 +24,8 @@ from ..search.settings import (
     merge_settings,
     new_settings,
 )
-from ..search.study import (
-    StudyAppeared,
-    StudyContext,
-    create_or_resume,
-    load_existing,
-    stored_settings,
-    wait_for_settings,
-)
-from ..storage import check_study_name, holds_no_study, local_path, open_storage
+from ..search.study import StudyAppeared, StudyContext, create_or_resume, load_existing, stored_settings, wait_for_settings
+from ..store.storage import check_study_name, holds_no_study, local_path, open_storage
 from .join import this_machine
 from .options import TuneOptions
 from .warm import warm_start
@@ -100,7 +93,7 @@ def _open_study(opts: TuneOptions, joined: bool = False) -> StudyContext:
     settings = replace(settings, notes=tuple(problem.notes + ranking_notes(settings.rankings)))  # the report says them too
     # The study and its settings exist before the analysis, which can take many minutes: a kill during it
     # leaves a study that `tuner tune --study NAME` resumes, re-measuring only the build that was in flight
-    # (the analysis's builds are cached as they are measured: tuner.sensitivity, tuner.variants).
+    # (the analysis's builds are cached as they are measured: tuner.analysis.sensitivity, tuner.analysis.variants).
     study, settings = create_or_resume(opts.study, storage, study, settings, problem)
     if settings.rankings_for != for_now:  # once per space and data
         settings = replace(settings, rankings_for=for_now, rankings=study_rankings(

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import optuna
 
 from ..errors import UserError
-from ..proxy_client import (
+from ..store.proxy_client import (
     BUSY,
     DEFAULT_PORT,
     GRANTED,
@@ -42,7 +42,7 @@ from ..proxy_client import (
     _grpc,
     _target,
 )
-from ..storage import STUDY_NAME, local_path, open_storage
+from ..store.storage import STUDY_NAME, local_path, open_storage
 from .claims import ClaimLock
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 
 from ..errors import UserError
-from ..machine import machine_id
 from ..measure.latency import LatencyProtocol
-from ..problem import print_notes
-from ..progress import TrialProgress
-from ..proxy_client import ProxyLossGuard
+from ..measure.machine import machine_id
+from ..problem.spec import print_notes
+from ..report.progress import TrialProgress
+from ..store.proxy_client import ProxyLossGuard
 from .claims import MAX_TRIALS_ATTR, PROTOCOL_ATTR, TrialClaims, budget_counts, worker_name
 from .join import join_study
 from .local_workers import Budget, trial_loop

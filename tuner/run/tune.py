@@ -11,18 +11,18 @@ import optuna
 from optuna.trial import TrialState
 
 from ..errors import UserError
-from ..isolate import TrialFailure
+from ..execute.isolate import TrialFailure
+from ..inputs.user_paths import check_writable_dir
 from ..measure.requirement import Requirement
-from ..progress import TrialProgress
-from ..record import BASELINE, FAIL_REASON, RETRY_OF
 from ..report.as_run import kept_in_float, precision_text, vs_defaults_text
 from ..report.finalists import finalist_lines
+from ..report.progress import TrialProgress
 from ..search.enqueue import enqueue_initial
+from ..search.record import BASELINE, FAIL_REASON, RETRY_OF
 from ..search.study import StudyContext
 from ..search.trials import baseline_trial, best_feasible, completed, latency_of, speedup_of, was_busy
-from ..storage import local_path
-from ..user_paths import check_writable_dir
-from ..winner import select_winner
+from ..store.storage import local_path
+from ..winner.select import select_winner
 from .claims import store_run_settings
 from .local_workers import Budget, StopAfterNoImprovement, run_parallel, trial_loop
 from .options import TuneOptions, engines_dir, trials_log

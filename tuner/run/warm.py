@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 import optuna
 
 from ..errors import UserError
+from ..inputs.space import Space
 from ..search.settings import StudySettings
 from ..search.study import stored_settings
 from ..search.trials import completed, is_feasible, speed_key
-from ..space import Space
-from ..storage import default_url, load_study
+from ..store.storage import default_url, load_study
 
 TOP = 5  # configs taken from the other study: its winner, then its fastest feasible trials
 

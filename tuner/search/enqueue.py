@@ -3,11 +3,11 @@ backends each other backend's own defaults, the greedy float set of a sensitivit
 user's --enqueue configs."""
 from __future__ import annotations
 
-from ..configs import defaults_chooser, normalize, parse_set, trial_params
 from ..errors import UserError
-from ..problem import Problem
-from ..record import BASELINE, ENQUEUED
-from ..space import BACKEND, Space
+from ..inputs.configs import defaults_chooser, normalize, parse_set, trial_params
+from ..inputs.space import BACKEND, Space
+from ..problem.spec import Problem
+from .record import BASELINE, ENQUEUED
 from .settings import StudySettings
 from .study import StudyContext
 

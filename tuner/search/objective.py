@@ -11,13 +11,13 @@ from typing import Protocol
 import optuna
 from optuna.trial import TrialState
 
-from ..configs import normalize, route_choice, trial_chooser
 from ..errors import Terminated
-from ..machine import same_machine
+from ..inputs.configs import normalize, route_choice, trial_chooser
 from ..measure.guard import BaselineBand
-from ..record import BUILD_KEY, CONFIG, FAIL_REASON, LOCK_WAIT_S, MACHINE, REUSED_FROM, TrialRecord
+from ..measure.machine import same_machine
 from .attrs import write_trial
 from .failures import BUILD_CONSTRAINT, KNOWN_FAILURE, is_deterministic, is_timing_timeout, known_failure, record_failure
+from .record import BUILD_KEY, CONFIG, FAIL_REASON, LOCK_WAIT_S, MACHINE, REUSED_FROM, TrialRecord
 from .samplers import grid_space
 from .settings import StudySettings
 from .study import StudyContext
@@ -27,7 +27,7 @@ GIVE_UP = 1.5  # a candidate known to be this much slower than the best feasible
 
 
 class CandidateEvaluator(Protocol):
-    """What the objective needs of an evaluator (tuner.jobs.Evaluator): build and measure one config."""
+    """What the objective needs of an evaluator (tuner.execute.jobs.Evaluator): build and measure one config."""
 
     def measure(self, config: dict, out_dir: str, band: BaselineBand | None = None,
                 give_up_above: float | None = None) -> TrialRecord: ...

@@ -31,7 +31,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
-from ..space import Param
+from ..inputs.space import Param
 from .plans import Config, activation, active_config, canon, fast_plans_with_knobs, knobs_of, plan_key, plans_fast, plans_full
 from .trials import is_feasible
 
@@ -58,7 +58,7 @@ class PlanSampler(BaseSampler):
     a duplicate; after_trial stops `study.optimize` once `is_exhausted`.
 
     Args:
-        params: the space's parameters (tuner.space.Space.params).
+        params: the space's parameters (tuner.inputs.space.Space.params).
         defaults: defaults of parameters not in `params` (per-layer ones, e.g. `keep_float/top_k`);
             otherwise a categorical with False among its choices answers False, other categoricals
             their first choice, numbers their low end.

@@ -2,8 +2,8 @@
 changed at a time) and `full` (every active combination). The samplers that run them are in
 tuner.search.plan_samplers.
 
-A plan is a config over the knobs (tuner.space.Param) holding only active parameters, as
-tuner.space.normalize would give it; plan_key names it across processes.
+A plan is a config over the knobs (tuner.inputs.space.Param) holding only active parameters, as
+tuner.inputs.space.normalize would give it; plan_key names it across processes.
 """
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..configs import grid_values
-from ..space import Param
+from ..inputs.configs import grid_values
+from ..inputs.space import Param
 
 Config = dict[str, Any]
 
 
 def knobs_of(params: Sequence[Param]) -> list[Param]:
     """The planned parameters ("knobs"): a space's own parameters. Per-layer parameters are not among
-    them (they are made per model by tuner.space.normalize), so they are never planned; names with a
+    them (they are made per model by tuner.inputs.space.normalize), so they are never planned; names with a
     '/' in a space (TensorRT's route/ knobs) are knobs like any other."""
     return list(params)
 
@@ -39,7 +39,7 @@ def _active(when: Mapping[str, list], config: Mapping[str, Any]) -> bool:
 
 def active_config(params: Sequence[Param], values: Mapping[str, Any]) -> Config:
     """The knobs' config for `values` (missing knobs at their default): walks the knobs in order
-    like tuner.space.normalize and keeps only the active ones."""
+    like tuner.inputs.space.normalize and keeps only the active ones."""
     config: Config = {}
     for p in knobs_of(params):
         if _active(p.when, config):

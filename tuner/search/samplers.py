@@ -7,9 +7,9 @@ import warnings
 
 import optuna
 
-from ..configs import grid_values
 from ..errors import UserError
-from ..space import Space
+from ..inputs.configs import grid_values
+from ..inputs.space import Space
 from . import seeding
 from .plan_samplers import STRATEGIES, make_plan_sampler
 from .settings import StudySettings
@@ -37,7 +37,7 @@ def checked_grid(space: Space) -> dict[str, list]:
 
 def plan_defaults(settings: StudySettings) -> dict:
     """Per-layer parameters whose default is not False, for the plan samplers: keep_float/top_k of a
-    sensitivity ranking defaults to its greedy cut (tuner.space._ranked_choice)."""
+    sensitivity ranking defaults to its greedy cut (tuner.inputs.space._ranked_choice)."""
     return {f"{name}/top_k": r["cut"] for name, r in (settings.rankings or {}).items()}
 
 

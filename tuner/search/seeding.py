@@ -27,7 +27,7 @@ import optuna
 from optuna.samplers._lazy_random_state import LazyRandomState
 from optuna.trial import FrozenTrial, TrialState
 
-from ..record import FAIL_REASON, RETRY_OF
+from .record import FAIL_REASON, RETRY_OF
 from .trials import trials_of_this_trial
 
 # The end of the fail reason of a trial that a stop (Ctrl-C, SIGTERM: search.objective.Objective) or the

@@ -11,14 +11,14 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .. import __version__
-from ..choices import SAMPLERS, Objectives, Timing, values
 from ..errors import UserError
+from ..inputs.model import model_hash
+from ..inputs.space import DEFAULT_SPACE, space_file
+from ..inputs.user_paths import check_input_file
 from ..measure.metric_source import locate_metric, source_hash, split_spec
 from ..measure.requirement import Requirement
-from ..model import model_hash
-from ..problem import ProblemSpec
-from ..space import DEFAULT_SPACE, space_file
-from ..user_paths import check_input_file
+from ..problem.spec import ProblemSpec
+from .choices import SAMPLERS, Objectives, Timing, values
 
 SETTINGS_ATTR = "tuner_settings"
 # 2: StudySettings (flat, with "schema"); 1: the untyped dict before it, with a second copy of the problem
@@ -56,7 +56,7 @@ class StudySettings:
     machine: dict = field(default_factory=dict)  # the fingerprint its trials are timed on
     study_machine: dict | None = None  # a joining worker's study's machine, where `machine` is the worker's
     encoding: dict = field(default_factory=dict)  # per-layer override -> its effective encoding
-    rankings: dict | None = None  # per override: the route variants and the layer ranking (tuner.analysis)
+    rankings: dict | None = None  # per override: the route variants and the layer ranking (tuner.analysis.rankings)
     rankings_for: list | None = None  # [space hash, data hash] the rankings were made for
     notes: tuple[str, ...] = ()  # what the user was told once about the problem and the analysis
     warm_start: dict | None = None

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field, replace
 
 import optuna
 
-from ..choices import Timing
 from ..errors import UserError
-from ..problem import Problem
+from ..problem.spec import Problem
+from .choices import Timing
 from .samplers import make_sampler, sampler_options
 from .seeding import new_seed
 from .settings import SETTINGS_ATTR, StudySettings

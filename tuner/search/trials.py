@@ -5,8 +5,8 @@ import optuna
 from optuna.trial import TrialState
 
 from ..errors import EXIT_ALL_FAILED, EXIT_NONE_FEASIBLE
-from ..record import BASELINE, FAIL_REASON
 from .failures import KNOWN_FAILURE
+from .record import BASELINE, FAIL_REASON
 
 
 def trials_of_this_trial(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list:

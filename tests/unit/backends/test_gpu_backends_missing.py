@@ -10,9 +10,9 @@ import pytest
 from tuner.backends.base import available_backends, get_backend, known_backends
 from tuner.backends.common.cuda_rt import load_runtime
 from tuner.backends.tensorrt.library import import_tensorrt
-from tuner.cli import main
+from tuner.cli.main import main
 from tuner.errors import UserError
-from tuner.space import SPACES_DIR
+from tuner.inputs.space import SPACES_DIR
 
 GPU_PROVIDERS = {"TensorrtExecutionProvider", "CUDAExecutionProvider"} & set(ort.get_available_providers())
 

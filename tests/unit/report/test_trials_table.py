@@ -1,9 +1,9 @@
-"""Why a trial has no measurement (tuner.search.trials.fail_reason), as the trial line (tuner.progress) and
+"""Why a trial has no measurement (tuner.search.trials.fail_reason), as the trial line (tuner.report.progress) and
 `tuner trials` (tuner.report.trials_table) both say it."""
 import optuna
 from optuna.trial import TrialState, create_trial
 
-from tuner.progress import trial_state
+from tuner.report.progress import trial_state
 from tuner.report.trials_table import REASON_CHARS, table_lines, trial_rows
 from tuner.search.trials import fail_reason
 

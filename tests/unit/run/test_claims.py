@@ -17,9 +17,9 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.errors import UserError
-from tuner.machine import machine_id
+from tuner.inputs.space import SPACES_DIR, load_space
 from tuner.measure.latency import LatencyProtocol
-from tuner.record import BASELINE, BASELINE_MACHINE, MACHINE, RETRY_OF
+from tuner.measure.machine import machine_id
 from tuner.run import claims as claims_mod
 from tuner.run.claims import (
     CALIB_PREFIX,
@@ -35,9 +35,9 @@ from tuner.run.claims import (
     worker_name,
 )
 from tuner.run.local_workers import Budget
+from tuner.search.record import BASELINE, BASELINE_MACHINE, MACHINE, RETRY_OF
 from tuner.search.settings import StudySettings
-from tuner.space import SPACES_DIR, load_space
-from tuner.storage import open_storage
+from tuner.store.storage import open_storage
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # heartbeats

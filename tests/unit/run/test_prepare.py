@@ -4,9 +4,9 @@ import os
 
 import pytest
 
+from tuner.inputs.space import SPACES_DIR
 from tuner.run.options import TuneOptions
 from tuner.run.prepare import open_study
-from tuner.space import SPACES_DIR
 
 
 @pytest.mark.parametrize("objectives, timing, names", [

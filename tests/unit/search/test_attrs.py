@@ -4,7 +4,7 @@ import pytest
 from sqlalchemy import event
 
 from tuner.search.attrs import write_trial
-from tuner.storage import open_storage
+from tuner.store.storage import open_storage
 
 ATTRS = {"latency": {"median_ms": 1.5}, "metrics": {"cos": 0.001}, "config": {"precision": "int8"}, "n": 3}
 BOUNDS = {"cos<=0.005": -0.004, "build": 1.0}

@@ -9,7 +9,7 @@ import pytest
 from tuner.errors import UserError
 from tuner.measure.metric_source import source_hash
 from tuner.measure.requirement import Requirement
-from tuner.problem import ProblemSpec
+from tuner.problem.spec import ProblemSpec
 from tuner.search.settings import StudySettings, allowed_metrics, check_metrics
 
 METRIC = "def score(outputs, refs, inputs):\n    return 0.0\n"

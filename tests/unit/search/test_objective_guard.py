@@ -7,8 +7,8 @@ import pytest
 from optuna.distributions import FloatDistribution
 
 from tuner.measure.guard import BaselineBand, guard_record
-from tuner.record import TrialRecord
 from tuner.search.objective import GIVE_UP, Objective, baseline_band, give_up_ratio
+from tuner.search.record import TrialRecord
 from tuner.search.trials import best_feasible
 
 MACHINE = {"cpu": "test", "cores": 2}

@@ -13,15 +13,15 @@ import optuna
 import pytest
 from sqlalchemy import event
 
-from tuner.choices import Timing
-from tuner.configs import normalize, trial_chooser
+from tuner.inputs.configs import normalize, trial_chooser
+from tuner.inputs.space import SPACES_DIR, load_space
 from tuner.measure.requirement import Requirement
-from tuner.record import TrialRecord
+from tuner.search.choices import Timing
 from tuner.search.objective import Objective
+from tuner.search.record import TrialRecord
 from tuner.search.settings import StudySettings
 from tuner.search.study import StudyContext, create_or_resume
-from tuner.space import SPACES_DIR, load_space
-from tuner.storage import open_storage
+from tuner.store.storage import open_storage
 
 REQUIRE = "cos<=0.01"
 GRAPH = [("block0/attn/MatMul", "MatMul"), ("head/Gemm", "Gemm")]

@@ -7,9 +7,9 @@ import os
 
 from plan_spaces import conditional_params
 
-from tuner.configs import grid_values
+from tuner.inputs.configs import grid_values
+from tuner.inputs.space import SPACES_DIR, Param, load_space
 from tuner.search.plans import activation, active_config, fast_plans_with_knobs, plan_key, plans_fast, plans_full
-from tuner.space import SPACES_DIR, Param, load_space
 
 
 def brute_force(params: list[Param], values: dict[str, list] | None = None) -> set[str]:

@@ -12,15 +12,15 @@ import pytest
 from optuna.trial import TrialState
 from plan_spaces import EFFECTS, conditional_params, space_of
 
-from tuner.configs import normalize, trial_chooser
-from tuner.record import FAIL_REASON, RETRY_OF
+from tuner.inputs.configs import normalize, trial_chooser
+from tuner.inputs.space import SPACES_DIR, load_space
 from tuner.run.tune import recover_stale_trials
 from tuner.search import seeding
+from tuner.search.record import FAIL_REASON, RETRY_OF
 from tuner.search.samplers import grid_space, make_sampler, sampler_options
 from tuner.search.settings import StudySettings
 from tuner.search.study import create_or_resume, load_existing, stored_settings
-from tuner.space import SPACES_DIR, load_space
-from tuner.storage import open_storage
+from tuner.store.storage import open_storage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

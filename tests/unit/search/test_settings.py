@@ -10,10 +10,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tuner import __version__
-from tuner.choices import Objectives, Timing
 from tuner.errors import UserError
+from tuner.inputs.model import model_hash
+from tuner.inputs.space import DEFAULT_SPACE, SPACES_DIR
 from tuner.measure.requirement import Requirement
-from tuner.model import model_hash
+from tuner.search.choices import Objectives, Timing
 from tuner.search.settings import (
     SCHEMA,
     StudySettings,
@@ -25,7 +26,6 @@ from tuner.search.settings import (
     new_settings,
     readable_settings,
 )
-from tuner.space import DEFAULT_SPACE, SPACES_DIR
 
 SMALL = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")
 

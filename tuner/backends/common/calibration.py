@@ -6,7 +6,7 @@ import contextlib
 import io
 import logging
 
-from ...data import Batch
+from ...inputs.data import Batch
 
 # The ops an fp16/bf16 rewrite may leave in float32 (the `*_block_list` parameters' choices).
 FP16_BLOCK_LISTS = {"none": [], "norms": ["LayerNormalization"], "norms_softmax": ["LayerNormalization", "Softmax"]}

@@ -26,8 +26,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ...data import Batch
-from ...model import constants_to_initializers, ensure_opset
+from ...inputs.data import Batch
+from ...inputs.model import constants_to_initializers, ensure_opset
 from .bf16 import bf16_bits_to_float32, float32_to_bf16_bits
 from .calibration import FP16_BLOCK_LISTS, BatchReader, quiet_tools
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import onnxruntime as ort
 
-from ...model import ModelFile
+from ...inputs.model import ModelFile
 from ..base import Backend, Batch, BuildContext, Outputs
 from .optimizers import is_optimizer, unknown_optimizer
 from .precision import session_precision
@@ -52,7 +52,7 @@ class OrtEngine:
         return os.path.join(out_dir, os.path.basename(self.model_path))
 
     def node_times(self, batch: Batch, workdir: str, runs: int, max_seconds: float) -> list[dict]:
-        """Its runtime nodes' median kernel times (tuner.profiling: `tuner profile`)."""
+        """Its runtime nodes' median kernel times (tuner.execute.profiling: `tuner profile`)."""
         return engine_node_times(self.model_path, self.settings, batch, workdir, runs, max_seconds)
 
     def compute_precision(self) -> dict:

@@ -18,7 +18,7 @@ import sys
 
 import onnxruntime as ort
 
-from ... import cache
+from ...store import cache
 
 REWRITE_RULES = frozenset({
     "EliminateIdentity", "EliminateSlice", "UnsqueezeElimination", "EliminateDropout", "ExpandElimination",
@@ -30,10 +30,10 @@ REWRITE_RULES = frozenset({
 # `disable_GeluFusion` turns off each of them, so a space keeps working across ORT versions.
 LEVEL_SUFFIXES = ("L1", "L2")
 
-# The probe ends with the process that waits for it, should that one be killed (tuner.orphans).
+# The probe ends with the process that waits for it, should that one be killed (tuner.execute.orphans).
 _END_WITH_PARENT = """
 try:
-    from tuner.orphans import end_with_parent
+    from tuner.execute.orphans import end_with_parent
     end_with_parent({parent})
 except ImportError:  # the tuner is not on this Python's path: a probe still ends on its own
     pass

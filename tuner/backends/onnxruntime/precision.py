@@ -17,9 +17,10 @@ from typing import Any
 import onnx
 import onnxruntime as ort
 
-from ... import __version__, cache
-from ...machine import cpu_flags, cpu_model
-from ...model import model_hash
+from ... import __version__
+from ...inputs.model import model_hash
+from ...measure.machine import cpu_flags, cpu_model
+from ...store import cache
 from .session import PROVIDER, make_session
 
 # Matrix ops that run an integer kernel (int4: MatMulNBits, with its `bits`).
@@ -108,7 +109,7 @@ _RUN_ONLY = frozenset({"execution_mode", "intra_op_num_threads", "inter_op_num_t
 
 def graph_key(model_path: str, settings: dict[str, Any]) -> str:
     """What the optimized graph and its count depend on: the model's bytes (its external data too,
-    tuner.model.model_hash; each route writes its own model file), the settings that reach ORT's graph
+    tuner.inputs.model.model_hash; each route writes its own model file), the settings that reach ORT's graph
     optimizers (level and disabled optimizers, defaults spelt out), the provider, ONNX Runtime's version,
     the CPU (ORT picks kernels and layouts by instruction set: an fp16 model gets Casts where the CPU has
     no fp16 kernels) and this module's source (how the ops are counted)."""

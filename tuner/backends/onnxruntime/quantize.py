@@ -8,8 +8,8 @@ from typing import Any
 
 import onnx
 
-from ...data import Batch
-from ...model import constants_to_initializers, ensure_opset, save_model
+from ...inputs.data import Batch
+from ...inputs.model import constants_to_initializers, ensure_opset, save_model
 from ..common.calibration import FP16_BLOCK_LISTS, BatchReader, quiet_tools
 
 ROUTES = ("fp32", "int8-dynamic", "int8-static", "int4-weight", "fp16")
@@ -31,7 +31,7 @@ logging.getLogger("onnxruntime.quantization").setLevel(logging.ERROR)
 
 def route_variants(route: str, attention: bool) -> list[dict[str, Any]]:
     """The accuracy-relevant option sets of `route` worth one all-quantized build each before layers are
-    ranked (tuner.variants), as config keys; {} = the space's defaults. One option changed at a time
+    ranked (tuner.analysis.variants), as config keys; {} = the space's defaults. One option changed at a time
     (a handful of builds, not the product): per-channel weights, 7-bit weights (reduce_range: no int16
     saturation on CPUs without VNNI), every op type ORT quantizes; static: the histogram calibrators
     (with per-channel weights, the usual pairing) besides MinMax."""

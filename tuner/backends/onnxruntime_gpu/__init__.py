@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ...errors import UserError
-from ...model import ModelFile, save_model
+from ...inputs.model import ModelFile, save_model
 from ..base import Backend, Batch, BuildContext, Outputs
 from ..common.cuda_rt import DeviceRuntime, load_runtime
 from ..common.onnx_precision import ROUTE_OPTIONS, apply_precision

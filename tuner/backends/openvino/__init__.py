@@ -12,8 +12,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 import openvino as ov
 
-from ...model import ModelFile
-from ...space import Param
+from ...inputs.model import ModelFile
+from ...inputs.space import Param
 from ..base import Backend, Batch, BuildContext
 from . import device
 from .engine import USAGE, OpenVinoEngine, load_engine, write_config

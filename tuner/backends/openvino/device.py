@@ -9,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 import openvino as ov
 
-from ...machine import cpu_flags
-from ...space import Param
+from ...inputs.space import Param
+from ...measure.machine import cpu_flags
 from .properties import DEVICE
 
 # OpenVINO element type names -> the INFERENCE_PRECISION_HINT spelling the space uses.

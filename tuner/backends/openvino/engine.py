@@ -73,7 +73,7 @@ class OpenVinoEngine:
         return out
 
     def node_times(self, batch: Batch, workdir: str, runs: int, max_seconds: float) -> list[dict]:
-        """Its runtime nodes' median times, PERF_COUNT on (tuner.profiling: `tuner profile`)."""
+        """Its runtime nodes' median times, PERF_COUNT on (tuner.execute.profiling: `tuner profile`)."""
         return engine_node_times(self, batch, runs, max_seconds)
 
     def timed_call(self, batch: Batch) -> Callable[[], None]:

@@ -5,7 +5,7 @@ import statistics
 
 import openvino as ov
 
-from ...model import HEAVY_OPS, ModelFile, consumers_of, owning_consumer
+from ...inputs.model import HEAVY_OPS, ModelFile, consumers_of, owning_consumer
 from ..base import Batch, repeat_runs
 from .properties import DEVICE, FLOAT32, compile_properties
 from .quantize import read_model

@@ -33,7 +33,7 @@ IR_FILE = "model.xml"
 
 def route_variants(route: str, attention: bool, vnni: bool) -> list[dict[str, Any]]:
     """The accuracy-relevant option sets of `route` worth one all-quantized build each before layers are
-    ranked (tuner.variants), as config keys; {} = the space's defaults. A handful, not the product:
+    ranked (tuner.analysis.variants), as config keys; {} = the space's defaults. A handful, not the product:
     - model type TRANSFORMER only where the graph has attention; there SmoothQuant off with both presets
       (layers kept in float need it off: its scaling stays in place on an ignored layer, which made a
       real encoder worse, error 1.03, as more layers stayed in float), and SmoothQuant on once, for

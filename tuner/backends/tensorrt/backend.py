@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from ...errors import UserError
-from ...model import ModelFile, save_model
+from ...inputs.model import ModelFile, save_model
 from ..base import Backend, BuildContext
 from ..common.cuda_rt import DeviceRuntime, load_runtime
 from ..common.onnx_precision import BLOCK_LISTS, ROUTES, apply_precision
@@ -134,7 +134,7 @@ class TensorRTBackend(Backend):
         return USAGE.format(dir=engine_dir, plan=PLAN_FILE, config=CONFIG_FILE)
 
     def measured(self, model: ModelFile, ctx: BuildContext, median_ms: float, feasible: bool) -> None:
-        """Told after an engine's timing (tuner.evaluate): the fastest feasible engine so far gives its
+        """Told after an engine's timing (tuner.execute.evaluate): the fastest feasible engine so far gives its
         tactics to later trials with pin_tactics=true."""
         if feasible:
             tc.offer_best(ctx.workdir, self._scope(model, ctx), median_ms)

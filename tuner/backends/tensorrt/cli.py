@@ -3,7 +3,7 @@ with the others at start-up; the command's module (.command, TensorRT with it) l
 
 
 def add_routes_parser(sub) -> None:
-    """`tuner routes`: the parser (tuner.cli builds it with the others); the work is .command.cmd_routes."""
+    """`tuner routes`: the parser (tuner.cli.main builds it with the others); the work is .command.cmd_routes."""
     p = sub.add_parser(
         "routes", help="print TensorRT's build-route knob database (11.1+), like trtexec --helpBuildRoute",
         description="Print the Global Performance Tuner's knob database of the installed TensorRT "

@@ -3,8 +3,8 @@ Tuner's knob database (TensorRT 11.1+) as a table, JSON or space-file lines, or 
 from __future__ import annotations
 
 from ...errors import UserError
-from ...space import load_space
-from ...user_paths import check_input_file
+from ...inputs.space import load_space
+from ...inputs.user_paths import check_input_file
 from .backend import TensorRTBackend
 from .routes import check_space_routes, format_json, format_table, format_yaml, parse_knob_database, space_parameters
 

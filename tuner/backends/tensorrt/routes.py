@@ -180,7 +180,7 @@ def format_yaml(params: dict[str, dict], db: KnobDatabase) -> str:
 
 
 def check_space_routes(params: Iterable[Any], db: KnobDatabase) -> list[str]:
-    """One line per route/ parameter of a space (tuner.space.Param): searched as given, or what the
+    """One line per route/ parameter of a space (tuner.inputs.space.Param): searched as given, or what the
     installed TensorRT will drop at build time (unknown knob, values it does not allow)."""
     lines = []
     for p in params:

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from ...locks import device_lock
+from ...store.locks import device_lock
 from ..common.paths import slug
 
 TACTICS_FILE = "tactics.json"

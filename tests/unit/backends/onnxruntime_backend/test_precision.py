@@ -17,8 +17,8 @@ from tuner.backends.onnxruntime.precision import (
     optimized_precision,
     session_precision,
 )
-from tuner.evaluate import build
-from tuner.problem import load_problem
+from tuner.execute.evaluate import build
+from tuner.problem.spec import load_problem
 
 LAYERS = 3
 WIDTH = 32

@@ -7,7 +7,7 @@ import pytest
 
 from tuner.backends.tensorrt.knobs import KNOBS, knows, split_config, unsupported
 from tuner.backends.tensorrt.library import parse_version
-from tuner.space import SPACES_DIR, load_space
+from tuner.inputs.space import SPACES_DIR, load_space
 
 CONFIG = {
     "precision": "fp16", "builder_optimization_level": 4, "tiling_optimization_level": "fast", "max_num_tactics": 16,

@@ -20,8 +20,8 @@ from tuner.backends.tensorrt.routes import (
     route_string,
     space_parameters,
 )
-from tuner.cli import main
-from tuner.space import SPACES_DIR, Param, load_space
+from tuner.cli.main import main
+from tuner.inputs.space import SPACES_DIR, Param, load_space
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "all_build_routes_11.1.json")
 

@@ -1,0 +1,65 @@
+"""A space as this machine's backends can run it: unknown backends refused, a space's backend whose library
+does not import here dropped (in a space over several) with a note, each backend's device adaptations
+applied, and every parameter and route checked against the backends it is active with."""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from ..backends.base import available_backends, get_backend, known_backends
+from ..errors import UserError
+from ..inputs.space import BACKEND, ROUTE_KEY, Space
+
+
+def check_backends(space: Space) -> tuple[Space, list[str]]:
+    """The space as this machine can run it, and notes for the user (one per dropped set).
+
+    The space's backends must exist. In a space over several backends, a backend whose library does
+    not import here is dropped from the `backend` choices with what depends on it; a space's only
+    backend must import. Each backend's `adapt` hook then drops the choices its device
+    cannot run. Every remaining parameter must be a setting of a backend it can be active with, and
+    every route one that backend realises."""
+    names = space.backends
+    unknown = [n for n in names if n not in known_backends()]
+    if unknown:
+        raise UserError(f"{space.path}: backend {unknown[0]!r} is unknown; known backends: {', '.join(known_backends())}")
+    usable = available_backends(names)
+    if not usable:
+        get_backend(names[0])  # raises the one line that says what to install
+    notes: list[str] = []
+    where = os.path.basename(space.path)
+    if len(usable) < len(names):
+        chooser = space.param(BACKEND)
+        for name in names:
+            if name not in usable:
+                try:
+                    get_backend(name)
+                except UserError as exc:
+                    notes.append(f"{where}: the {name} choices are left out: {exc}")
+        space = space.with_param(BACKEND, replace(chooser, choices=usable, default=chooser.default
+                                                  if chooser.default in usable else usable[0]))
+    backends = {n: get_backend(n) for n in usable}
+    for name, backend in backends.items():
+        for p in list(space.params):
+            if p.name == BACKEND or space.param(p.name) is None or name not in space.backends_of(p.when):
+                continue
+            new, reason = backend.adapt(space.param(p.name))
+            space = space.with_param(p.name, new)
+            if reason:
+                notes.append(f"{where}: {name} on this device: {reason}")
+    for p in space.params:
+        if p.name == BACKEND:
+            continue
+        mine = [backends[n] for n in space.backends_of(p.when)]
+        if not any(b.knows(p.key) for b in mine):
+            why = "; ".join(w for w in (b.why_unknown(p.key) for b in mine) if w)
+            raise UserError(f"{space.path}: parameters.{p.name}: no backend of this space ({', '.join(b.name for b in mine)}) "
+                            f"has such a setting{f' ({why})' if why else ''}; check the spelling "
+                            "(tuner space MODEL lists a space's parameters)")
+        if p.key == ROUTE_KEY:
+            routes = sorted({r for b in mine for r in b.routes})
+            bad = [c for c in p.choices or [] if c not in routes]
+            if bad:
+                raise UserError(f"{space.path}: parameters.{p.name}: unknown route {bad[0]!r}; "
+                                f"the routes are {', '.join(routes)}")
+    return space, notes

@@ -1,0 +1,168 @@
+"""The problem a study tunes: model, validation and calibration data, space, accuracy requirement.
+
+Loading validates every user input before anything is written (bad files, shapes, space fields,
+requirements and backends get one line each). Nothing here builds or times an engine.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import UserError
+from ..inputs import data as data_mod
+from ..inputs.configs import defaults_chooser, normalize, parse_set, trial_params
+from ..inputs.model import (
+    ModelFile,
+    TensorSpec,
+    check_shapes_match_data,
+    input_specs,
+    load_model,
+    output_specs,
+    parse_shape_profile,
+    resolve_shapes,
+)
+from ..inputs.model import model_hash as hash_model
+from ..inputs.ref_outputs import load_ref_outputs
+from ..inputs.space import BACKEND, Space, load_space
+from ..measure.requirement import Requirement
+from .space_backends import check_backends
+
+
+@dataclass
+class ProblemSpec:
+    """What defines a problem, as given by the user: JSON-able, stored in a study, sent to child processes."""
+
+    model_path: str
+    space_path: str | None = None
+    data: str | None = None
+    calib_data: str | None = None
+    shapes: list[str] | None = None
+    int_ranges: list[str] | None = None
+    require: str | None = None
+    n_batches: int = 4
+    n_calib: int = 4
+    # The model's hash as the process that validated it computed it: a child process given a loaded
+    # problem's spec trusts it, and skips the ONNX checker and hashing the model again (None: validate).
+    model_hash: str | None = None
+    # Reference outputs from the training framework (.npz), compared to instead of ONNX Runtime's fp32 run.
+    ref_outputs: str | None = None
+
+    def load(self, requirement: Requirement | None = None) -> Problem:
+        """Load and validate; requirement: `require` already parsed (by the study's settings)."""
+        return load_problem(**asdict(self), requirement=requirement)
+
+
+@dataclass
+class Problem:
+    """Everything fixed across trials. `refs` (the reference outputs) are filled in by the evaluator."""
+
+    spec: ProblemSpec
+    model: ModelFile
+    space: Space
+    batches: list
+    calib: list
+    data_hash: str
+    requirement: Requirement
+    shapes: dict[str, tuple[int, ...]]
+    notes: list[str] = field(default_factory=list)  # things the user should know, said once
+    refs: list | None = None
+
+    @property
+    def model_path(self) -> str:
+        return self.model.path
+
+    @property
+    def model_hash(self) -> str:
+        return self.model.hash
+
+    def backend_name(self, config: dict) -> str:
+        """The backend that builds `config`: its `backend` choice in a space over several, else the space's."""
+        return config.get(BACKEND) or self.space.backends[0]
+
+    @property
+    def graph_nodes(self) -> list[tuple[str, str]]:
+        return self.model.nodes
+
+    @property
+    def calib_key(self) -> str:
+        """Names the cached calibration ranges. The model is part of it: two models fed the same
+        inputs (ResNet-18 and MobileNetV3 at 1x3x224x224) have different tensors to range."""
+        return f"{self.model_hash}-{self.data_hash}"
+
+
+def load_problem(model_path: str, space_path: str | None = None, data: str | None = None, calib_data: str | None = None,
+                 shapes: list[str] | None = None, int_ranges: list[str] | None = None, require: Any = None,
+                 n_batches: int = 4, n_calib: int = 4, model_hash: str | None = None,
+                 requirement: Requirement | None = None, ref_outputs: str | None = None) -> Problem:
+    """model_hash: trusted (ProblemSpec.model_hash); requirement: `require` already parsed; ref_outputs: an
+    .npz of the reference outputs of --data's batches (tuner.inputs.ref_outputs), else ONNX Runtime's fp32 run's."""
+    requirement = Requirement.parse(require) if requirement is None else requirement
+    space, notes = check_backends(load_space(space_path))
+    proto = load_model(model_path, check=model_hash is None)
+    model_hash = model_hash or hash_model(model_path)
+    spec = ProblemSpec(model_path, space_path, data, calib_data, shapes, int_ranges, str(requirement) or None,
+                       n_batches, n_calib, model_hash, ref_outputs)
+    if ref_outputs and not data:
+        raise UserError(f"--ref-outputs {ref_outputs}: needs --data, the inputs the reference outputs were computed "
+                        "from (synthetic inputs have no outputs from the training framework)")
+    specs = input_specs(proto)
+    profile = parse_shape_profile(shapes)
+    ranges = data_mod.check_int_ranges(data_mod.parse_int_ranges(int_ranges), specs)
+    if data:
+        batches = data_mod.load_npz_batches(data, specs)
+        concrete = {k: tuple(v.shape) for k, v in batches[0].items()}
+        check_shapes_match_data(profile, concrete, data)
+    else:
+        concrete = resolve_shapes(specs, profile)
+        batches = data_mod.synthetic_batches(specs, concrete, n_batches, ranges)
+    calib = data_mod.load_npz_batches(calib_data, specs) if calib_data else batches[:n_calib]
+    data_hash = data_mod.batches_hash(batches) + data_mod.batches_hash(calib)[:8]
+    refs = None
+    if ref_outputs:  # the reference is part of the data: a changed file is other data (search.settings.check_data)
+        refs = load_ref_outputs(ref_outputs, output_specs(proto), specs, concrete, len(batches))
+        data_hash = data_mod.with_refs(data_hash, refs)
+    notes += problem_notes(requirement, data, specs, ranges)
+    return Problem(spec, ModelFile(model_path, proto, model_hash), space, batches, calib, data_hash,
+                   requirement, concrete, notes, refs)
+
+
+def problem_notes(requirement: Requirement, data: str | None, specs: list[TensorSpec],
+                  ranges: dict[str, tuple[int, int]]) -> list[str]:
+    """What makes a study's results mean less than they seem, said once by every command that loads it."""
+    notes = []
+    if not requirement.bounds:
+        notes.append("no --require: every trial counts as feasible, so the winner is just the fastest engine "
+                     "whatever its error (add e.g. --require 'cos<=0.005')")
+    if not data:
+        kinds = []
+        for s in specs:
+            if np.issubdtype(s.dtype, np.floating):
+                kinds.append(f"{s.name}: standard normal")
+            elif s.dtype == np.bool_:
+                kinds.append(f"{s.name}: random booleans")
+            elif s.name in ranges:
+                kinds.append(f"{s.name}: uniform integers in [{ranges[s.name][0]}, {ranges[s.name][1]}) from --int-range")
+        notes.append(f"no --data: accuracy is measured on synthetic inputs ({'; '.join(kinds)}), which says little "
+                     "about a real task; give real inputs with --data FILE.npz")
+    return notes
+
+
+def print_notes(notes: list[str]) -> None:
+    """The problem's notes, as every command says them: once, on stderr."""
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+
+
+def config_from_sets(problem: Problem, sets: list[str] | None) -> dict:
+    """The config of `--set key=value ...`, every other parameter at its default. A value for a
+    parameter whose condition does not hold (ov_precision without backend=openvino) is refused."""
+    values = parse_set(sets, problem.space)
+    asked = trial_params(problem.space, defaults_chooser(values), problem.graph_nodes)
+    for name in values:
+        p = problem.space.param(name)
+        if p is not None and name not in asked:
+            raise UserError(f"--set {name}: inactive here, it applies when {p.when}; set those too")
+    return normalize(problem.space, defaults_chooser(values), problem.graph_nodes)
