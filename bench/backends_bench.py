@@ -143,7 +143,6 @@ def compile_paths(model: str, study: optuna.Study, rounds: int) -> dict[str, flo
     import openvino as ov
 
     from tuner.backends.openvino.engine import OpenVinoEngine
-    from tuner.backends.openvino.properties import FIXED_PROPERTIES
     from tuner.backends.openvino.quantize import read_model
     from tuner.measure.paired import time_blocks
 
@@ -157,7 +156,7 @@ def compile_paths(model: str, study: optuna.Study, rounds: int) -> dict[str, flo
         converted.reshape(shapes)
         models = {"IR file (the backend's path)": ir, "read_model, in memory": read_model(core, model, problem.shapes),
                   "convert_model, in memory": converted}
-        engines = {k: OpenVinoEngine(core.compile_model(m, "CPU", dict(FIXED_PROPERTIES)), FIXED_PROPERTIES, outputs)
+        engines = {k: OpenVinoEngine(core.compile_model(m, "CPU", {}), {}, outputs)
                    for k, m in models.items()}
         samples, _, _ = time_blocks([e.timed_call(problem.batches[0]) for e in engines.values()],
                                  LatencyProtocol(max_seconds=60.0), baseline=0, max_rounds=rounds)

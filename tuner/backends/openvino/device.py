@@ -11,7 +11,7 @@ import openvino as ov
 
 from ...inputs.space import Param
 from ...measure.machine import cpu_flags
-from .properties import DEVICE
+from .properties import DEVICE, is_unset
 
 # OpenVINO element type names -> the INFERENCE_PRECISION_HINT spelling the space uses.
 _PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
@@ -57,8 +57,11 @@ def adapt(param: Param) -> tuple[Param | None, str]:
     info = plugin_info()
     if param.key == "inference_precision":
         keep = [c for c in param.choices if c not in _NEEDS or _NEEDS[c] in info["capabilities"]]
-        default = info["inference_precision"] if info["inference_precision"] in keep else (
-            param.default if param.default in keep else keep[0])
+        if is_unset(param.key, param.default):  # the plugin's own choice stays the default: nothing set
+            default = param.default
+        else:  # a space without `auto`: the value the plugin picks by itself here
+            default = info["inference_precision"] if info["inference_precision"] in keep else (
+                param.default if param.default in keep else keep[0])
         dropped = [c for c in param.choices if c not in keep]
         reason = (f"{param.name} {', '.join(dropped)} dropped: OPTIMIZATION_CAPABILITIES is "
                   f"{', '.join(info['capabilities'])} (no {', '.join(_NEEDS[c] for c in dropped)}), so the plugin would "
@@ -67,7 +70,8 @@ def adapt(param: Param) -> tuple[Param | None, str]:
     if param.key == "dynamic_quantization_group_size" and not has_dynamic_quantization():
         return None, (f"{param.name} dropped: this {platform.machine()} CPU has no VNNI or dot-product "
                       "instructions, and without them the plugin never quantizes activations on the fly")
-    if param.key in ("inference_num_threads", "enable_cpu_pinning") and param.type != "categorical":
+    if (param.key in ("inference_num_threads", "enable_cpu_pinning") and param.type != "categorical"
+            and not is_unset(param.key, param.default)):  # a space without `auto`: the plugin's own value
         own = info[param.key]
         if param.type == "int":
             own = max(int(param.low), min(int(param.high), own))

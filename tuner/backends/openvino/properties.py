@@ -15,22 +15,27 @@ PROPERTIES = {
     # weight-compressed MatMuls (0 = off); only CPUs with VNNI (or ARM dot-product) kernels use it.
     "dynamic_quantization_group_size": "DYNAMIC_QUANTIZATION_GROUP_SIZE",
 }
-# Not searched: the tuner times one synchronous request, so the latency hint with one stream
-# (ov.properties.hint.performance_mode, ov.properties.num_streams). Both are the CPU plugin's own
-# defaults; set explicitly so that an exported engine keeps them wherever it is imported.
-# Two streams split the cores: one request ran 1.7-1.8x slower. ENABLE_CPU_RESERVATION is never
-# set: while one compiled model holds it, every other compile_model in the process fails.
-FIXED_PROPERTIES = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
+# Not set: the latency hint with one stream (ov.properties.hint.performance_mode, ov.properties.num_streams),
+# the CPU plugin's own defaults: the tuner times one synchronous request (two streams split the cores: one
+# request ran 1.7-1.8x slower). ENABLE_CPU_RESERVATION is never set: while one compiled model holds it,
+# every other compile_model in the process fails.
+# A knob at `auto` (0 for the thread count) is not set at all: the plugin's own choice, as with no
+# properties. The defaults trial (every knob at its default) is then compile_model(model, "CPU") with nothing set.
 # The knobs of an engine that computes in float32 throughout: without the hint the plugin picks its own
 # precision, bf16 on a CPU with BF16.
 FLOAT32 = {"inference_precision": "f32"}
 
 
+def is_unset(key: str, value: Any) -> bool:
+    """The knob is left to the plugin: `auto`, or 0 threads (0 is also OpenVINO's own "auto" for it)."""
+    return value == "auto" or (key == "inference_num_threads" and value == 0)
+
+
 def compile_properties(config: dict[str, Any]) -> dict[str, str]:
-    """The compile properties of a normalized config (strings, JSON-ready)."""
-    props = dict(FIXED_PROPERTIES)
+    """The compile properties of a normalized config (strings, JSON-ready); {} for the plugin untouched."""
+    props = {}
     for key, prop in PROPERTIES.items():
-        if key in config:
+        if key in config and not is_unset(key, config[key]):
             value = config[key]
             props[prop] = ("YES" if value else "NO") if isinstance(value, bool) else str(value)
     return props
