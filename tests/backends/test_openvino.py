@@ -11,7 +11,8 @@ import pytest
 from needs import backend_or_skip
 
 from tuner.cli.demo import write_demo_model
-from tuner.execute.evaluate import build, check_accuracy, measure
+from tuner.execute.evaluate import build, check_accuracy
+from tuner.execute.timing import measure
 from tuner.inputs.space import SPACES_DIR, load_space
 from tuner.measure.latency import LatencyProtocol
 from tuner.problem.space_backends import check_backends
@@ -66,13 +67,34 @@ def test_bf16_is_measured_against_fp32_and_fails_a_tighter_requirement(openvino,
     if "bf16" not in precision.choices:
         caps = openvino.device_info()["capabilities"]
         pytest.skip(f"this CPU has no BF16 (OPTIMIZATION_CAPABILITIES {caps}): the plugin runs a bf16 hint as f32")
-    assert precision.default == "bf16"  # the plugin's own default on a BF16 CPU
+    assert precision.default == "auto"  # not set: the plugin's own, bf16 on a BF16 CPU
     f32 = measure(problem, {"precision": "fp32", "inference_precision": "f32"}, str(tmp_path / "f32"), FAST)
     bf16 = measure(problem, {"precision": "fp32", "inference_precision": "bf16"}, str(tmp_path / "bf16"), FAST)
     assert f32.feasible and f32.metrics["cos"] < 1e-9, f32.metrics
     assert bf16.metrics["cos"] > 1e-7 and not bf16.feasible and bf16.violations, bf16.metrics
     # each record says what its engine computed in, as compiled
     assert (f32.precision["inference"], bf16.precision["inference"]) == ("f32", "bf16")
+
+
+def test_the_defaults_compile_with_no_property_and_run_as_the_plugin_chooses(openvino, tmp_path_factory, tmp_path):
+    """OpenVINO's defaults trial is compile_model(model, "CPU") with nothing set: what a user gets."""
+    import json
+
+    from tuner.backends.openvino.device import plugin_info
+    from tuner.execute.evaluate import build_checked
+    from tuner.problem.spec import config_from_sets
+
+    problem = _problem(tmp_path_factory, 0)
+    built = build_checked(problem, config_from_sets(problem, []), str(tmp_path / "defaults"))
+    with open(tmp_path / "defaults" / "ov_config.json") as f:
+        assert json.load(f)["properties"] == {}
+    assert built.precision["inference"] == plugin_info()["inference_precision"]  # bf16 on a CPU with BF16
+    loaded = openvino.load(str(tmp_path / "defaults"))
+    try:  # the plugin's own choices, asked back of the engine the timing process loads
+        assert str(loaded.compiled.get_property("PERFORMANCE_HINT")) == "LATENCY"
+        assert loaded.compiled.get_property("INFERENCE_NUM_THREADS") == plugin_info()["inference_num_threads"]
+    finally:
+        loaded.close()
 
 
 def test_choices_this_cpu_cannot_run_are_dropped_with_a_note(openvino):

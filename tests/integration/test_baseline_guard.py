@@ -3,7 +3,7 @@ the study's band is timed again (--when-busy wait) or marked, and never scored f
 engines of the demo model; the band is set by the test so that the outcome does not depend on load."""
 import pytest
 
-from tuner.execute.evaluate import RETIMES, measure
+from tuner.execute.timing import RETIMES, measure
 from tuner.measure.guard import BaselineBand
 from tuner.measure.latency import LatencyProtocol
 from tuner.problem.spec import config_from_sets, load_problem

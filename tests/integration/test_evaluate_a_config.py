@@ -7,7 +7,7 @@ import onnx
 import pytest
 
 from tuner.cli.main import main
-from tuner.execute.evaluate import measure
+from tuner.execute.timing import measure
 from tuner.inputs.space import SPACES_DIR
 from tuner.measure.latency import LatencyProtocol
 from tuner.problem.spec import config_from_sets, load_problem

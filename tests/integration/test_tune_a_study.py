@@ -73,6 +73,15 @@ def test_study_finds_a_winner_and_resumes(demo_path, tmp_path):
         assert t.state == TrialState.COMPLETE
         assert set(t.user_attrs) >= {"config", "build_key", "latency", "metrics", "build_s", "engine_bytes", "machine"}
         assert set(t.constraints) == {"cos<=0.005"}
+    # each engine timed in a process of its own: the candidate in a fresh one per trial, the baseline in one
+    # kept across trials (BASELINE_TRIALS), none of them this process
+    measured = [t.user_attrs["processes"] for t in study.trials if "reused_from" not in t.user_attrs]
+    assert len(measured) >= 3 and all(p["candidate"] != p["baseline"] for p in measured)
+    assert len({p["baseline"] for p in measured}) == 1 and len({p["candidate"] for p in measured}) == len(measured)
+    assert os.getpid() not in {pid for p in measured for pid in p.values()}
+    # selection: every finalist in a process of its own
+    pids = [f["process"] for f in winner["finalists"]]
+    assert len(set(pids)) == len(pids) >= 2 and os.getpid() not in pids
 
     again = tune_study(TuneOptions(study="s", storage=opts.storage, n_trials=2, protocol=FAST, progress=False,
                              quiet=True, select=False))

@@ -5,13 +5,15 @@ import multiprocessing as mp
 import os
 import time
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 
 from tuner.analysis import rankings
 from tuner.cli.demo import write_demo_model
 from tuner.cli.main import main
-from tuner.execute.evaluate import build, measure
+from tuner.execute.evaluate import build
+from tuner.execute.timing import ALONE_PROCESSES, measure
 from tuner.inputs.space import SPACES_DIR
 from tuner.measure.latency import LatencyProtocol
 from tuner.measure.paired import measure_paired
@@ -90,11 +92,19 @@ def test_warm_start_enqueues_the_other_winner_first_and_reuses_the_ranking(plant
             and settings["rankings"] == first.study.user_attrs["tuner_settings"]["rankings"])
 
 
-def test_verify_prints_both_figures(planted_study, capsys):
+def test_verify_times_each_engine_in_a_process_of_its_own_then_alone(planted_study, capsys):
     tmp, _, _ = planted_study
     assert main(["verify", "--study", "a", "--storage", f"sqlite:///{tmp}/a.db"]) == 0
     out = capsys.readouterr().out
-    assert "verify: winner" in out and "ms, defaults" in out and "the study claimed" in out
+    v = optuna.load_study(study_name="a", storage=f"sqlite:///{tmp}/a.db").user_attrs["winner"]["verify"]
+    assert f"verify: winner {v['winner_ms']:.2f} ms, defaults {v['defaults_ms']:.2f} ms" in out
+    assert f"{v['speedup']:.2f}x [95% {v['speedup_low']:.2f}-{v['speedup_high']:.2f}]" in out
+    assert f"the study claimed {v['claimed_speedup']:.2f}x: verify reads {100 * v['difference']:+.1f}%" in out
+    assert v["processes"]["winner"] != v["processes"]["defaults"] and os.getpid() not in v["processes"].values()
+    alone = v["alone"]  # each engine alone in fresh processes, none shared, none this one
+    pids = alone["winner"]["pids"] + alone["baseline"]["pids"]
+    assert len(alone["winner"]["pids"]) == ALONE_PROCESSES and len(set(pids)) == 2 * ALONE_PROCESSES
+    assert os.getpid() not in pids and f"verify: deployed alone: {alone['speedup']:.2f}x the baseline" in out
 
 
 SPACE_WITH_A_BROKEN_ROUTE = """

@@ -1,28 +1,51 @@
 """The jobs that run in an isolated child process (tuner.execute.isolate), and Evaluator, the parent's handle on
 them. Trials, sensitivity, selection, export and verify all build through it, so a crash in a backend (a
 segfault in calibration, an OOM kill) fails one job and never the tuning process. A child keeps the
-problem it loaded (a persistent one serves many jobs), and loads it from the parent's checked spec."""
+problem it loaded (a persistent one serves many jobs), and loads it from the parent's checked spec.
+The child builds and saves; the timings of trials, selection and verify happen in processes of their own,
+one per engine, driven by the Evaluator (tuner.execute.timing)."""
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from ..backends.base import Engine, engine_precision, get_backend
+from ..backends.base import engine_precision, get_backend
 from ..measure.guard import BaselineBand
 from ..measure.latency import LatencyProtocol, measure_latency
-from ..measure.load import LoadMeter
-from ..measure.paired import measure_paired, relative_to, time_blocks
+from ..measure.paired import measure_paired
 from ..problem.spec import Problem, ProblemSpec
 from ..search.record import TrialRecord
 from ..store import cache
 from ..store.locks import TimingLockWaits, timing_lock
-from .evaluate import Phase, backend_of, build, check_accuracy, measure, no_phase
+from .engine_process import EngineProcess
+from .evaluate import (
+    Built,
+    Phase,
+    backend_of,
+    build,
+    build_checked,
+    check_accuracy,
+    no_phase,
+    tell_backend,
+)
 from .isolate import IsolatedRunner
 from .profiling import engine_node_times
+from .timing import (
+    ALONE_PROCESSES,
+    ALONE_SECONDS,
+    AloneFigure,
+    BaselineProcess,
+    alone_record,
+    measure_built,
+    slow_run_limit,
+    time_alone,
+    time_side_by_side,
+)
 
 _LOADED: dict[str, Problem] = {}  # a persistent child keeps its problem (model, data, reference) loaded
 
@@ -36,13 +59,23 @@ def loaded_problem(spec: dict, cache_dir: str) -> Problem:
     return _LOADED[key]
 
 
-def measure_job(spec: dict, cache_dir: str, config: dict, out_dir: str, protocol: dict | None,
-                baseline: dict | None = None, when_busy: str = "warn", study: str = "",
-                on_phase: Phase = no_phase, band: dict | None = None, give_up_above: float | None = None) -> dict:
+def build_job(spec: dict, cache_dir: str, config: dict, out_dir: str, limit_ms: float | None = None,
+              check: bool = True, study: str = "", on_phase: Phase = no_phase) -> Built:
+    """A candidate built, checked and saved into out_dir for its timing process (evaluate.build_checked)."""
     on_phase("loading the model and reference")
     problem = loaded_problem(spec, cache_dir)
-    return measure(problem, config, out_dir, LatencyProtocol(**protocol) if protocol else None, on_phase, baseline,
-                   when_busy, study, BaselineBand.from_dict(band), give_up_above).to_dict()
+    return build_checked(problem, config, out_dir, limit_ms, on_phase, study, check)
+
+
+def batch_job(spec: dict, cache_dir: str, study: str = "", on_phase: Phase = no_phase) -> dict:
+    """The batch every timing runs (the data's first)."""
+    return loaded_problem(spec, cache_dir).batches[0]
+
+
+def told_job(spec: dict, cache_dir: str, built: Built, median_ms: float, feasible: bool, study: str = "",
+             on_phase: Phase = no_phase) -> None:
+    """Backend.measured after a timing, for a backend that hears timings (evaluate.tell_backend)."""
+    tell_backend(loaded_problem(spec, cache_dir), built, median_ms, feasible, study)
 
 
 @contextlib.contextmanager
@@ -116,59 +149,27 @@ def profile_job(spec: dict, cache_dir: str, configs: list[dict], on_phase: Phase
     return out
 
 
-def confirm_job(spec: dict, cache_dir: str, configs: list[dict], baseline: int, rounds: int,
-                on_phase: Phase = no_phase, study: str = "", save_dir: str | None = None) -> dict:
-    """Rebuild every config, check its accuracy again and time them all side by side in blocks with
-    configs[baseline] (selection). A config that fails to build is reported with its reason; the
-    others are still compared. Returns {"results": [per config], "load": the machine's load}. With
-    save_dir, each engine timed is saved, after its timing, into save_dir/INDEX (its result's "saved":
-    the main file's name there, or "save_error"), for the parent to upload as the engine that was timed."""
+def confirm_job(spec: dict, cache_dir: str, configs: list[dict], baseline: int, work_dir: str,
+                on_phase: Phase = no_phase, study: str = "") -> list[dict]:
+    """Rebuild every config into work_dir/INDEX, check its accuracy again and save it there for its timing
+    process (selection). A config that fails to build (or to save) is reported with its reason; the others
+    are still compared. Per config: {"metrics", "feasible", "precision", "backend", "device", "saved": the
+    main file's name in its folder} or {"error"}."""
     problem = loaded_problem(spec, cache_dir)
     results: list[dict] = []
-    engines: list[Engine] = []
-    devices: set[str] = set()
-    with tempfile.TemporaryDirectory(prefix="tuner-select-") as work:
+    for i, config in enumerate(configs):
+        folder = os.path.join(work_dir, str(i))
         try:
-            for i, config in enumerate(configs):
-                try:
-                    engine, backend, _ = build(problem, config, os.path.join(work, str(i)), on_phase, study=study)
-                except Exception as exc:  # noqa: BLE001  one finalist failing is a result, not the end
-                    if i == baseline:
-                        raise
-                    results.append({"error": f"{type(exc).__name__}: {exc}"})
-                    continue
-                on_phase("accuracy check")
-                metrics, _ = check_accuracy(problem, engine)
-                results.append({"metrics": metrics, "feasible": problem.requirement.holds(metrics)})
-                engines.append(engine)
-                devices.add(backend.device)
-            built = [r for r in results if "error" not in r]
-            base_at = sum(1 for r in results[:baseline] if "error" not in r)  # the baseline among the built
-            with timing_lock(sorted(devices)[0], on_phase, study, "selection"), LoadMeter() as meter:
-                on_phase("timing side by side")
-                samples, converged, _ = time_blocks([e.timed_call(problem.batches[0]) for e in engines],
-                                                 LatencyProtocol(max_seconds=60.0), baseline=base_at, max_rounds=rounds)
-            for r, e in zip(built, engines):  # what each engine timed computes in, asked after the timing
-                r["precision"] = engine_precision(e)
-            if save_dir is not None:
-                on_phase("saving the engines timed")
-                _save_timed(engines, [i for i, r in enumerate(results) if "error" not in r], results, save_dir)
-        finally:
-            for e in engines:
-                e.close()
-    for r, (stats, rel) in zip(built, relative_to(samples, base_at, converged)):
-        r["latency"], r["relative"] = stats.to_dict(), rel.to_dict()
-    return {"results": results, "load": meter.load.to_dict()}
-
-
-def _save_timed(engines: list[Engine], indices: list[int], results: list[dict], save_dir: str) -> None:
-    """engines[k] (configs[indices[k]]) saved into save_dir/INDEX; a failure to save is that result's note."""
-    for engine, i in zip(engines, indices):
-        folder = os.path.join(save_dir, str(i))
-        try:
-            results[i]["saved"] = os.path.relpath(engine.save(folder), folder)
-        except Exception as exc:  # noqa: BLE001  the timing stands; only this engine is not kept
-            results[i]["save_error"] = f"{type(exc).__name__}: {exc}"
+            built = build_checked(problem, config, folder, on_phase=on_phase, study=study)
+        except Exception as exc:  # noqa: BLE001  one finalist failing is a result, not the end
+            if i == baseline:
+                raise
+            results.append({"error": f"{type(exc).__name__}: {exc}"})
+            continue
+        results.append({"metrics": built.metrics, "feasible": problem.requirement.holds(built.metrics),
+                        "precision": built.precision, "backend": built.backend, "device": built.device,
+                        "saved": built.main})
+    return results
 
 
 def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase: Phase = no_phase,
@@ -202,39 +203,39 @@ def load_job(spec: dict, cache_dir: str, config: dict, engine_dir: str, main: st
 
 
 def verify_job(spec: dict, cache_dir: str, config: dict, baseline: dict, engine_dir: str | None, backend: str | None,
-               protocol: dict | None, on_phase: Phase = no_phase, study: str = "") -> dict:
-    """The winner against the backend's defaults, in this fresh process, timed in paired blocks as a
-    user checking the claim would: the exported engine loaded from engine_dir, or `config` rebuilt."""
+               work_dir: str, on_phase: Phase = no_phase, study: str = "") -> dict:
+    """What verify times, ready for their processes: the winner (the exported engine in engine_dir, loaded
+    and checked here, or `config` rebuilt into work_dir/winner) and the backend's defaults built into
+    work_dir/defaults. Returns {"winner": (backend, folder), "defaults": (backend, folder), "device",
+    "metrics", "feasible"}."""
     problem = loaded_problem(spec, cache_dir)
-    with tempfile.TemporaryDirectory(prefix="tuner-verify-") as work:
-        if engine_dir:
-            on_phase("loading the exported engine")
-            engine, used = get_backend(backend).load(engine_dir), get_backend(backend)
-        else:
-            engine, used, _ = build(problem, config, os.path.join(work, "winner"), on_phase, study=study)
-        base_engine = None
+    if engine_dir:
+        on_phase("loading the exported engine")
+        used = get_backend(backend)
+        engine = used.load(engine_dir)
         try:
             on_phase("accuracy check")
             metrics, _ = check_accuracy(problem, engine)
-            base_engine, _, _ = build(problem, baseline, os.path.join(work, "defaults"), on_phase, study=study)
-            with timing_lock(used.device, on_phase, study, "verify"), LoadMeter() as meter:
-                on_phase("timing")
-                cand, base, rel = measure_paired(engine.timed_call(problem.batches[0]),
-                                                 base_engine.timed_call(problem.batches[0]),
-                                                 LatencyProtocol(**protocol) if protocol else None)
         finally:
             engine.close()
-            if base_engine is not None:
-                base_engine.close()
-    return {"latency": cand.to_dict(), "baseline_latency": base.to_dict(), "relative": rel.to_dict(),
-            "metrics": metrics, "feasible": problem.requirement.holds(metrics), "load": meter.load.to_dict()}
+        winner = (used.name, engine_dir)
+        device = used.device
+    else:
+        built = build_checked(problem, config, os.path.join(work_dir, "winner"), on_phase=on_phase, study=study)
+        metrics, winner, device = built.metrics, (built.backend, built.engine_dir), built.device
+    base = build_checked(problem, baseline, os.path.join(work_dir, "defaults"), check=False, study=study,
+                         on_phase=lambda p: on_phase(f"defaults {p}"))
+    return {"winner": winner, "defaults": (base.backend, base.engine_dir), "device": device, "metrics": metrics,
+            "feasible": problem.requirement.holds(metrics)}
 
 
 class Evaluator:
     """The parent's handle on the jobs of one problem: each runs in an isolated child, and a crash,
     hang or error raises TrialFailure with the reason. persistent=True keeps one child (and the
     loaded problem) across jobs, for the many small builds of a sensitivity analysis. study: the study
-    whose trials share the backends' compile caches (TensorRT's timing cache), "" outside a study."""
+    whose trials share the backends' compile caches (TensorRT's timing cache), "" outside a study.
+    Timings happen here, each engine in a process of its own (tuner.execute.timing); the baseline's
+    engine is built once and its process serves several trials."""
 
     def __init__(self, spec: ProblemSpec | dict, timeout_s: float = 600.0, protocol: LatencyProtocol | None = None,
                  persistent: bool = False, baseline: dict | None = None, when_busy: str = "warn", study: str = ""):
@@ -248,17 +249,44 @@ class Evaluator:
         self.when_busy = when_busy
         self.lock_waits = TimingLockWaits(study)  # says when another study holds the timing lock
         self._runner = IsolatedRunner(persistent, on_phase=self.lock_waits.on_phase)
+        self._batch: dict | None = None
+        self._base: BaselineProcess | None = None
+        self._base_dir: str | None = None
 
     def _call(self, fn: Callable, **kwargs) -> Any:
         return self._runner.call(fn, {"spec": self.spec, "cache_dir": cache.cache_dir(), "study": self.study, **kwargs},
                                  self.timeout_s)
 
+    def batch(self) -> dict:
+        """The batch every timing runs, asked of the child once."""
+        if self._batch is None:
+            self._batch = self._call(batch_job)
+        return self._batch
+
+    def _start(self, backend: str, folder: str, batch: dict, label: str = "engine") -> EngineProcess:
+        return EngineProcess(backend, folder, batch, timeout_s=self.timeout_s, label=label)
+
+    def baseline_process(self) -> BaselineProcess | None:
+        """The baseline engine, built once into a folder of this evaluator's, in its process (None: alone)."""
+        if self.baseline is None:
+            return None
+        if self._base is None:
+            self._base_dir = tempfile.mkdtemp(prefix="tuner-baseline-")
+            built = self._call(build_job, config=self.baseline, out_dir=self._base_dir, check=False)
+            self._base = BaselineProcess(built.backend, self._base_dir, self.batch(), start=self._start)
+        return self._base
+
     def measure(self, config: dict, out_dir: str, band: BaselineBand | None = None,
                 give_up_above: float | None = None) -> TrialRecord:
-        rec = self._call(measure_job, config=config, out_dir=out_dir,
-                         protocol=asdict(self.protocol) if self.protocol else None, baseline=self.baseline,
-                         when_busy=self.when_busy, band=band.to_dict() if band else None, give_up_above=give_up_above)
-        return TrialRecord.from_dict(rec)
+        """Build and check `config` in the child, then time it in a process of its own against the baseline's."""
+        base = self.baseline_process()
+        limit_ms, base_ms = slow_run_limit(base, give_up_above)
+        built = self._call(build_job, config=config, out_dir=out_dir, limit_ms=limit_ms)
+        rec = measure_built(built, self.batch(), base, self.protocol, self.lock_waits.on_phase, self.when_busy,
+                            self.study, band, give_up_above, base_ms, start=self._start)
+        if built.hears_timing:
+            self._call(told_job, built=built, median_ms=rec.median_ms, feasible=rec.feasible)
+        return rec
 
     def accuracy(self, config: dict, timing: LatencyProtocol | None = None, baseline: dict | None = None) -> dict:
         """Metrics of one build; with timing its quick latency, against `baseline` in turn where given."""
@@ -272,12 +300,49 @@ class Evaluator:
         return self._call(profile_job, configs=configs)
 
     def confirm(self, configs: list[dict], baseline: int, rounds: int = 30, save_dir: str | None = None) -> dict:
-        return self._call(confirm_job, configs=configs, baseline=baseline, rounds=rounds, save_dir=save_dir)
+        """Every config rebuilt and checked again (in the child), saved into save_dir/INDEX (a folder of its own
+        where none is given), then all timed side by side with configs[baseline], each in a process of its own.
+        Returns {"results": per config (confirm_job's, with "latency", "relative" and "process" where built),
+        "load"}."""
+        work = save_dir or tempfile.mkdtemp(prefix="tuner-select-")
+        try:
+            results = self._call(confirm_job, configs=configs, baseline=baseline, work_dir=work)
+            built = [i for i, r in enumerate(results) if "error" not in r]
+            saved = [(results[i]["backend"], os.path.join(work, str(i))) for i in built]
+            timed, load, pids = time_side_by_side(
+                saved, self.batch(), built.index(baseline), sorted(results[i]["device"] for i in built)[0], rounds,
+                LatencyProtocol(max_seconds=60.0), self.lock_waits.on_phase, self.study, "selection", self._start)
+        finally:
+            if save_dir is None:
+                shutil.rmtree(work, ignore_errors=True)
+        for i, (stats, rel), pid in zip(built, timed, pids):
+            results[i] |= {"latency": stats.to_dict(), "relative": rel.to_dict(), "process": pid}
+        return {"results": results, "load": load}
+
+    def alone(self, saved: list[tuple[str, str]], device: str = "cpu", processes: int = ALONE_PROCESSES,
+              seconds: float = ALONE_SECONDS) -> list[AloneFigure]:
+        """The deployment check: each saved engine (backend, folder) alone in several fresh processes."""
+        return time_alone(saved, self.batch(), device, processes, seconds, self.lock_waits.on_phase, self.study,
+                          self._start)
 
     def verify(self, config: dict, baseline: dict, engine_dir: str | None = None, backend: str | None = None,
-               protocol: LatencyProtocol | None = None) -> dict:
-        return self._call(verify_job, config=config, baseline=baseline, engine_dir=engine_dir, backend=backend,
-                          protocol=asdict(protocol) if protocol else None)
+               protocol: LatencyProtocol | None = None, alone_processes: int = ALONE_PROCESSES) -> dict:
+        """The winner (the exported engine in engine_dir, else `config` rebuilt) against the backend's defaults as
+        a user checking the claim would time them: each in a process of its own, in paired blocks, then each
+        alone in several fresh processes (alone_processes; 0: not)."""
+        with tempfile.TemporaryDirectory(prefix="tuner-verify-") as work:
+            got = self._call(verify_job, config=config, baseline=baseline, engine_dir=engine_dir, backend=backend,
+                             work_dir=work)
+            saved = [tuple(got["winner"]), tuple(got["defaults"])]
+            [(cand, rel), (base, _)], load, pids = time_side_by_side(
+                saved, self.batch(), 1, got["device"], None, protocol or LatencyProtocol(), self.lock_waits.on_phase,
+                self.study, "verify", self._start)
+            out = {"latency": cand.to_dict(), "baseline_latency": base.to_dict(), "relative": rel.to_dict(),
+                   "metrics": got["metrics"], "feasible": got["feasible"], "load": load,
+                   "processes": {"winner": pids[0], "defaults": pids[1]}}
+            if alone_processes:
+                out["alone"] = alone_record(*self.alone(saved, got["device"], alone_processes))
+        return out
 
     def export(self, config: dict, out_dir: str) -> dict:
         return self._call(export_job, config=config, out_dir=out_dir)
@@ -288,6 +353,12 @@ class Evaluator:
 
     def close(self) -> None:
         self._runner.close()
+        if self._base is not None:
+            self._base.close()
+            self._base = None
+        if self._base_dir is not None:
+            shutil.rmtree(self._base_dir, ignore_errors=True)
+            self._base_dir = None
 
     def __enter__(self) -> Evaluator:
         return self

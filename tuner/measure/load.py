@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import psutil
 
@@ -57,6 +57,22 @@ class CpuCounters:
 
 
 MACHINE = CpuCounters()
+
+
+def with_processes(pids: list[int], counters: CpuCounters = MACHINE) -> CpuCounters:
+    """`counters` whose own CPU seconds include those of the processes `pids` (the engines timed in processes
+    of their own: their work is the timing's, not other load). A process that has ended counts nothing."""
+    def own() -> float:
+        total = counters.own()
+        for pid in pids:
+            try:
+                t = psutil.Process(pid).cpu_times()
+            except psutil.Error:
+                continue
+            total += t.user + t.system
+        return total
+
+    return replace(counters, own=own)
 
 
 class LoadMeter:

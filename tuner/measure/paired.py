@@ -1,6 +1,8 @@
-"""Timing engines side by side: several engines timed in turn, in short blocks, in one process, so
-that load which comes and goes moves them alike. Trials time each candidate against the baseline
-(paired timing); selection and verify time the finalists with the baseline the same way.
+"""Timing engines side by side: several engines timed in turn, in short blocks, so that load which comes
+and goes moves them alike. Trials time each candidate against the baseline (paired timing); selection and
+verify time the finalists with the baseline the same way. Each engine is a Timed: one in a process of its
+own (tuner.execute.engine_process: what trials, selection and verify time) or a call in this process
+(InProcess: the analysis's quick timings, and tests on a fake clock).
 
 Blocks, not single runs: an ONNX Runtime session that just ran keeps its threads spinning for a
 while, and the next session's first runs read 30-40% slow. Each block therefore starts with an
@@ -14,10 +16,11 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 import numpy as np
 
-from .latency import LatencyProtocol, LatencyStats, sample_ms, summarize
+from .latency import LatencyProtocol, LatencyStats, is_converged, sample_ms, summarize
 
 BLOCK_S = 0.1  # target length of one block of timed runs
 LEAD_IN_S = 0.02  # untimed runs before each block, at least this long
@@ -53,12 +56,43 @@ def _lead_in(call: Call, clock: Clock) -> None:
         call()
 
 
-def _block(call: Call, runs: int, clock: Clock) -> list[float]:
+def run_block(call: Call, runs: int, clock: Clock = time.perf_counter) -> list[float]:
+    """One block of an engine: an untimed lead-in (at least one run and LEAD_IN_S), then `runs` timed runs' ms."""
     _lead_in(call, clock)
     return [sample_ms(call, clock) for _ in range(runs)]
 
 
-def _warm_up(calls: list[Call], warmup: int, clock: Clock, baseline: int,
+class Timed(Protocol):
+    """An engine as the blocks see it, wherever it runs."""
+
+    def warm_run(self) -> float:
+        """One run: its seconds (the warm-up's estimate of what a run costs)."""
+
+    def block(self, runs: int) -> list[float]:
+        """run_block on the engine: the ms of its `runs` timed runs."""
+
+
+class InProcess:
+    """A call timed in this process, on `clock`."""
+
+    def __init__(self, call: Call, clock: Clock = time.perf_counter):
+        self.call, self.clock = call, clock
+
+    def warm_run(self) -> float:
+        t0 = self.clock()
+        self.call()
+        return self.clock() - t0
+
+    def block(self, runs: int) -> list[float]:
+        return run_block(self.call, runs, self.clock)
+
+
+def timed(engine: Call | Timed, clock: Clock = time.perf_counter) -> Timed:
+    """A Timed as given, or a plain call wrapped to run in this process."""
+    return engine if hasattr(engine, "block") else InProcess(engine, clock)
+
+
+def _warm_up(calls: list[Timed], warmup: int, clock: Clock, baseline: int,
              give_up_above: float | None) -> tuple[list[float], bool]:
     """Each engine's seconds per run over its warm-up, the baseline's first. With give_up_above, a
     candidate's warm run (its second on: a first run may pay for lazy set-up) slower than SLOW_RUN x
@@ -68,9 +102,7 @@ def _warm_up(calls: list[Call], warmup: int, clock: Clock, baseline: int,
     for i in [baseline] + [i for i in range(len(calls)) if i != baseline]:
         times = []
         for _ in range(max(1, warmup)):
-            t0 = clock()
-            calls[i]()
-            times.append(clock() - t0)
+            times.append(calls[i].warm_run())
             if (i != baseline and give_up_above and len(times) > 1
                     and times[-1] > SLOW_RUN * give_up_above * per_run[baseline]):
                 per_run[i] = times[-1]
@@ -99,7 +131,7 @@ def _tight(ratio: float, lo: float, hi: float, rel: float) -> bool:
     return hi - ratio <= rel * ratio and ratio - lo <= rel * ratio
 
 
-def time_blocks(calls: list[Call], protocol: LatencyProtocol, baseline: int = -1, max_rounds: int | None = None,
+def time_blocks(engines: list[Call | Timed], protocol: LatencyProtocol, baseline: int = -1, max_rounds: int | None = None,
                 clock: Clock = time.perf_counter,
                 give_up_above: float | None = None) -> tuple[list[Rounds], bool, str | None]:
     """Samples per engine and round. Stops once every engine's ratio to calls[baseline] has its 95%
@@ -109,6 +141,7 @@ def time_blocks(calls: list[Call], protocol: LatencyProtocol, baseline: int = -1
     stops once every candidate's interval lies above it, or at once when a candidate's single run is far
     slower than it. Returns (samples, converged, why it stopped early or None). clock: what every run and
     cap is timed with (a test passes a fake one that its fake engines advance)."""
+    calls = [timed(e, clock) for e in engines]
     baseline %= len(calls)
     start = clock()
     per_run_s, too_slow = _warm_up(calls, protocol.warmup, clock, baseline, give_up_above)
@@ -121,7 +154,7 @@ def time_blocks(calls: list[Call], protocol: LatencyProtocol, baseline: int = -1
     rounds = 0
     while rounds * runs < protocol.max_runs and (max_rounds is None or rounds < max_rounds):
         for i in order if rounds % 2 == 0 else order[::-1]:
-            samples[i].append(_block(calls[i], runs, clock))
+            samples[i].append(calls[i].block(runs))
             if clock() - start > OVERRUN * protocol.max_seconds and all(samples[j] for j in order):
                 whole = min(len(s) for s in samples)  # a round cut short pairs with nothing: its blocks are dropped
                 return [s[:whole] for s in samples], False, "overrun"
@@ -153,7 +186,7 @@ def stopped_at(candidate_ms: float, baseline_ms: float, why: str) -> tuple[Laten
     return cand, base, rel
 
 
-def measure_paired(candidate: Call, baseline: Call, protocol: LatencyProtocol | None = None,
+def measure_paired(candidate: Call | Timed, baseline: Call | Timed, protocol: LatencyProtocol | None = None,
                    clock: Clock = time.perf_counter,
                    give_up_above: float | None = None) -> tuple[LatencyStats, LatencyStats, RelativeLatency]:
     """A candidate timed against the baseline until the ratio is known to +-rel_ci, a cap is hit, or it
@@ -162,3 +195,22 @@ def measure_paired(candidate: Call, baseline: Call, protocol: LatencyProtocol | 
                                               clock=clock, give_up_above=give_up_above)
     (cand, rel), (base, _) = relative_to(samples, 1, converged, stopped)
     return cand, base, rel
+
+
+def measure_alone(engine: Call | Timed, protocol: LatencyProtocol | None = None,
+                  clock: Clock = time.perf_counter) -> LatencyStats:
+    """One engine timed by itself, in blocks as paired timing times it: a warm-up, then blocks until its
+    median's interval is within +-rel_ci and its runs are steady (latency.is_converged), or a cap."""
+    protocol = protocol or LatencyProtocol()
+    e = timed(engine, clock)
+    per_run = [e.warm_run() for _ in range(max(1, protocol.warmup))]
+    runs = _runs_per_block([sum(per_run) / len(per_run)])
+    samples: list[float] = []
+    start = clock()
+    while len(samples) < protocol.max_runs:
+        samples += e.block(runs)
+        if is_converged(samples, protocol):
+            return summarize(samples, True)
+        if clock() - start > protocol.max_seconds:
+            break
+    return summarize(samples, False)

@@ -67,3 +67,26 @@ def vs_defaults_text(winner: dict) -> str:
               for name, row in rows.items() if row.get("error")]
     text = ", ".join(parts) + (" (timed side by side)" if parts else "")
     return "; ".join(x for x in [text, *failed] if x)
+
+
+def deployed_text(deployed: dict | None, claimed: float | None = None) -> str:
+    """"deployed alone: 1.03x the baseline [0.99-1.07] (winner 18.6 ms, baseline 19.1 ms, medians of 5 fresh
+    processes each)", and, where the side-by-side claim differs beyond the noise, both figures; "" for none."""
+    if not deployed:
+        return ""
+    w, b = deployed["winner"], deployed["baseline"]
+    text = (f"deployed alone: {deployed['speedup']:.2f}x the baseline [95% {deployed['speedup_low']:.2f}-"
+            f"{deployed['speedup_high']:.2f}] (winner {w['median_ms']:.2f} ms, baseline {b['median_ms']:.2f} ms, "
+            f"medians of {len(w['medians_ms'])} fresh processes each)")
+    if claimed and not deployed.get("agrees", True):
+        text += (f"; side by side it read {claimed:.2f}x: the two differ beyond the noise, and the deployed figure is "
+                 "what a user running the engine alone sees")
+    return text
+
+
+def not_deployed_lines(winner: dict) -> list[str]:
+    """One line per finalist that won side by side but ran slower than the baseline alone (not the winner)."""
+    return [f"trial {n['trial']} read {n['claimed_speedup']:.2f}x the baseline side by side but "
+            f"{n['deployed']['speedup']:.2f}x [95% {n['deployed']['speedup_low']:.2f}-{n['deployed']['speedup_high']:.2f}] "
+            "deployed alone: slower than the defaults it would replace, so not the winner"
+            for n in winner.get("not_deployed") or [] if n.get("claimed_speedup")]

@@ -10,11 +10,20 @@ from ..inputs.user_paths import dir_bytes
 from ..measure.machine import machine_id
 from ..search.failures import learnt_failures
 from ..search.settings import SETTINGS_ATTR, readable_settings
-from ..search.trials import baseline_trial, best_feasible, is_feasible, latency_of, speedup_of, was_busy, work_line
+from ..search.trials import (
+    baseline_modes,
+    baseline_trial,
+    best_feasible,
+    is_feasible,
+    latency_of,
+    speedup_of,
+    was_busy,
+    work_line,
+)
 from ..store.artifacts import resolve_store
 from ..store.artifacts import usage as artifacts_usage
 from ..store.storage import local_path
-from .as_run import precision_text, vs_defaults_text
+from .as_run import deployed_text, not_deployed_lines, precision_text, vs_defaults_text
 from .variants import rankings_lines
 
 
@@ -63,12 +72,21 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
         against = vs_defaults_text(winner)
         if against:
             lines.append(f"winner against each runtime's defaults: {against}")
+        deployed = deployed_text(winner.get("deployed"), winner.get("speedup"))
+        if deployed:
+            lines.append(f"winner {deployed}")
+        lines += not_deployed_lines(winner)
         if winner.get("verify"):
             v = winner["verify"]
-            lines.append(f"verify: {v['speedup']:.2f}x the defaults in a fresh process [{v['speedup_low']:.2f}, "
+            lines.append(f"verify: {v['speedup']:.2f}x the defaults, each engine in a fresh process [{v['speedup_low']:.2f}, "
                          f"{v['speedup_high']:.2f}]" + (" (machine busy)" if v.get("busy") else ""))
+            if v.get("alone"):
+                lines.append(f"verify: {deployed_text(v['alone'], v.get('claimed_speedup'))}")
     else:
         lines.append("winner: none selected" + (" (best effort stored)" if study.user_attrs.get("best_effort") else ""))
+    modes = baseline_modes(trials)
+    if modes:
+        lines.append(f"warning: {modes}")
     lines += machine_lines(trials)
     path = local_path(url)
     disk = []

@@ -11,8 +11,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..search.failures import learnt_failures
 from ..search.settings import SETTINGS_ATTR, StudySettings, readable_settings
-from ..search.trials import is_feasible, latency_of, relative_of, speedup_of, was_busy, work_line
-from .as_run import computed_text, float_word, precision_text, vs_defaults_text
+from ..search.trials import baseline_modes, is_feasible, latency_of, relative_of, speedup_of, was_busy, work_line
+from .as_run import computed_text, deployed_text, float_word, not_deployed_lines, precision_text, vs_defaults_text
 from .finalists import finalist_rows
 from .variants import variant_lines
 
@@ -287,6 +287,10 @@ def summary_rows(study) -> list[tuple[str, str]]:
         against = vs_defaults_text(winner)
         if against:
             rows.append(("against each runtime's defaults", against))
+        deployed = deployed_text(winner.get("deployed"), winner.get("speedup"))
+        if deployed:
+            rows.append(("deployment check", deployed))
+        rows += [("not the winner", line) for line in not_deployed_lines(winner)]
         kept = float_layers(view.trial(winner["trial"])) if view.trial(winner["trial"]) else []
         floats = float_word(winner.get("precision"))
         here = f" ({floats} here)" if floats and floats != "fp32" else ""
@@ -301,8 +305,11 @@ def summary_rows(study) -> list[tuple[str, str]]:
                                       "run tuner select again on a quiet machine"))
         if winner.get("verify"):
             v = winner["verify"]
-            rows.append(("verify", f"{v['speedup']:.2f}x the defaults in a fresh process (95% {v['speedup_low']:.2f}-"
-                                   f"{v['speedup_high']:.2f})" + (" - machine busy" if v.get("busy") else "")))
+            rows.append(("verify", f"{v['speedup']:.2f}x the defaults, each engine in a fresh process (95% "
+                                   f"{v['speedup_low']:.2f}-{v['speedup_high']:.2f})"
+                                   + (" - machine busy" if v.get("busy") else "")))
+            if v.get("alone"):
+                rows.append(("verify alone", deployed_text(v["alone"], v.get("claimed_speedup"))))
     else:
         if "winner" in view.user_attrs:
             best = view.user_attrs.get("best_effort")
@@ -323,6 +330,9 @@ def summary_rows(study) -> list[tuple[str, str]]:
         rows.append(("total tuning time", f"{_fmt_s((max(ends) - min(starts)).total_seconds())} from the first trial's "
                                           f"start to the last trial's end ({_fmt_s(busy)} inside trials)"))
     rows += [("note", note) for note in s.notes]
+    modes = baseline_modes(trials)
+    if modes:
+        rows.append(("baseline processes", modes))
     running = by_state.get("running", 0)
     if running:
         rows.append(("note", f"{running} trial(s) running: the study is still being tuned; this report is a snapshot"))

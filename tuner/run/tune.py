@@ -14,13 +14,13 @@ from ..errors import UserError
 from ..execute.isolate import TrialFailure
 from ..inputs.user_paths import check_writable_dir
 from ..measure.requirement import Requirement
-from ..report.as_run import kept_in_float, precision_text, vs_defaults_text
+from ..report.as_run import deployed_text, kept_in_float, not_deployed_lines, precision_text, vs_defaults_text
 from ..report.finalists import finalist_lines
 from ..report.progress import TrialProgress
 from ..search.enqueue import enqueue_initial
 from ..search.record import BASELINE, FAIL_REASON, RETRY_OF
 from ..search.study import StudyContext
-from ..search.trials import baseline_trial, best_feasible, completed, latency_of, speedup_of, was_busy
+from ..search.trials import baseline_modes, baseline_trial, best_feasible, completed, latency_of, speedup_of, was_busy
 from ..store.storage import local_path
 from ..winner.select import select_winner
 from .claims import store_run_settings
@@ -156,6 +156,10 @@ def describe_result(result: TuneResult) -> list[str]:
             lines.append(f"warning: the winner was chosen while other processes used {load['other_cores']:.1f} cores; "
                          f"run `tuner select --study {study.study_name}` again on a quiet machine")
         lines += finalist_lines(winner)
+        deployed = deployed_text(winner.get("deployed"), winner.get("speedup"))
+        if deployed:
+            lines.append(f"winner {deployed}")
+        lines += not_deployed_lines(winner)
     elif study.user_attrs.get("winner", False) is None:  # selection ran and found nothing feasible
         best = study.user_attrs.get("best_effort")
         lines.append(("no trial meets the requirement" if completed(trials) else "no winner: no trial completed") + (
@@ -167,6 +171,9 @@ def describe_result(result: TuneResult) -> list[str]:
         up = speedup_of(bf, baseline_trial(trials))
         lines.append(f"fastest feasible in the search: trial {bf.number}, "
                      + (f"{up:.2f}x the baseline ({latency_of(bf):.2f} ms)" if up else f"{latency_of(bf):.2f} ms"))
+    modes = baseline_modes(trials)
+    if modes:
+        lines.append(f"warning: {modes}")
     busy = sum(1 for t in trials if was_busy(t))
     if busy:
         lines.append(f"warning: {busy} trial(s) were timed while other processes kept the machine busy "

@@ -43,6 +43,9 @@ class TrialRecord:
     # what the engine computes in, as its runtime reports it (tuner.backends.base.engine_precision):
     # {"inference": "bf16", "source": ..., "quantized_nodes": 23, "float_nodes": 1, "quantized": ["int8"]}
     precision: dict[str, Any] | None = None
+    # the process ids that timed it, each engine alone in a process of its own (tuner.execute.timing):
+    # {"candidate": pid, "baseline": pid}
+    processes: dict[str, int] | None = None
 
     @property
     def disturbed(self) -> bool:

@@ -1,12 +1,13 @@
 """Reading a study's trials: feasibility, latency, the baseline, the best feasible and the closest one."""
 from __future__ import annotations
 
+import numpy as np
 import optuna
 from optuna.trial import TrialState
 
 from ..errors import EXIT_ALL_FAILED, EXIT_NONE_FEASIBLE
 from .failures import KNOWN_FAILURE
-from .record import BASELINE, FAIL_REASON
+from .record import BASELINE, FAIL_REASON, REUSED_FROM
 
 
 def trials_of_this_trial(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list:
@@ -138,3 +139,30 @@ def work_line(trials: list, rankings: dict | None) -> str:
     builds, seconds = analysis_cost(rankings)
     extra = f" + {builds} analysis builds ({seconds:.0f} s)" if builds else ""
     return f"{len(trials)} trials{extra}"
+
+
+MODE_GAP = 1.15  # baseline processes whose medians differ by more than this (and whose windows do not overlap)
+
+
+def baseline_modes(trials: list) -> str:
+    """"" where every process that timed the baseline read it alike; else one line saying that they did not:
+    a per-process mode (ONNX Runtime's defaults ran 24.5 ms in 1 of 10 fresh processes on a 2-core machine,
+    18 ms in the rest), which scales every ratio timed against that process. Beyond the noise: the processes'
+    medians differ by MODE_GAP or more and the slower one's fastest window is slower than the faster one's
+    slowest window. From each trial's own window (copies of another trial's measurement left out)."""
+    windows: dict[int, list[float]] = {}
+    for t in trials:
+        pid = (t.user_attrs.get("processes") or {}).get("baseline")
+        base = t.user_attrs.get("baseline_latency")
+        if pid is not None and base and not t.user_attrs.get(REUSED_FROM):
+            windows.setdefault(pid, []).append(float(base["median_ms"]))
+    if len(windows) < 2:
+        return ""
+    medians = {pid: float(np.median(w)) for pid, w in windows.items()}
+    fast, slow = min(medians, key=medians.get), max(medians, key=medians.get)
+    if medians[slow] < MODE_GAP * medians[fast] or min(windows[slow]) <= max(windows[fast]):
+        return ""
+    return (f"the baseline read {medians[fast]:.2f} ms in one process and {medians[slow]:.2f} ms in another "
+            f"({len(windows)} processes timed it): a mode of the process, not of the engine; trials timed against "
+            "the slow one read faster than they are (the deployment check after selection times each engine in "
+            "several fresh processes)")

@@ -14,7 +14,7 @@ from .. import __version__
 from ..errors import UserError
 from ..execute.jobs import Evaluator
 from ..problem.spec import Problem
-from ..report.as_run import precision_text, vs_defaults_text
+from ..report.as_run import deployed_text, precision_text, vs_defaults_text
 from ..store.artifacts import check_files, engine_of, fetch_engine, note, resolve_store
 from .export_files import check_out_dir, install, staging_dir
 from .select import BEST_EFFORT_ATTR, WINNER_ATTR
@@ -103,6 +103,9 @@ def _export_report(study: optuna.Study, problem: Problem, chosen: dict, kind: st
         "vs_defaults": chosen.get("vs_defaults"),
         "vs_defaults_text": vs_defaults_text(chosen) or None,
         "runtime_defaults": chosen.get("defaults"),
+        # the deployment check: the winner and the baseline each alone in several fresh processes
+        "deployed": chosen.get("deployed"),
+        "deployed_text": deployed_text(chosen.get("deployed"), chosen.get("speedup")) or None,
         "engine_tuner": __version__,
     }
     return report

@@ -1,7 +1,9 @@
 """The winner: rebuild the top feasible candidates and the baseline, check their accuracy again, time
-them side by side (A B C A B C ..., in blocks) in one process so their ratios compare, and store the
-fastest confirmed one in the study; among finalists that tie it within noise, the simplest (fewest
-choices off the defaults). Built through the isolated evaluator; tuner.winner.export writes the winner out,
+them side by side (A B C A B C ..., in blocks), each in a process of its own, so their ratios compare, and
+store the fastest confirmed one in the study; among finalists that tie it within noise, the simplest (fewest
+choices off the defaults). Then the deployment check: the winner and the baseline each alone in several
+fresh processes, as a user runs them; a winner slower than the baseline there, beyond the noise, is not
+the winner. Built through the isolated evaluator; tuner.winner.export writes the winner out,
 tuner.winner.verify re-times it against the defaults."""
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..execute.jobs import Evaluator
+from ..execute.timing import ALONE_PROCESSES, alone_record
 from ..inputs.configs import defaults_chooser, normalize
 from ..inputs.space import BACKEND, Space
 from ..problem.spec import Problem
@@ -54,13 +57,14 @@ def top_candidates(study: optuna.Study, k: int) -> list:
 
 
 def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds: int = 30,
-                  timeout_s: float = 1800.0, artifacts: str | None = None, keep_engines: bool | None = None
-                  ) -> dict | None:
+                  timeout_s: float = 1800.0, artifacts: str | None = None, keep_engines: bool | None = None,
+                  alone_processes: int = ALONE_PROCESSES) -> dict | None:
     """Store and return the confirmed winner; with nothing feasible, store the closest candidate instead.
     The engines of the confirmed finalists, as timed side by side, go to the study's artifact store
     (tuner.store.artifacts; `artifacts`: --artifacts, else the stored or default one; keep_engines: tune's
     --keep-engines, all kept, None: as stored), the winner's record names its own. Raises TrialFailure when
-    the side-by-side job itself dies (nothing is stored then)."""
+    the side-by-side job itself dies (nothing is stored then). alone_processes: fresh processes per engine in
+    the deployment check (0: none)."""
     store, keep_all = remember_store(study, artifacts, keep_engines)
     if store is None:
         note(f"study {study.study_name!r} is in a database server and has no artifact store: the engines timed in "
@@ -90,11 +94,24 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
     entries += [t for t, _ in defaults.values() if t is not None and t not in entries]
     untried = [(name, config) for name, (t, config) in defaults.items() if t is None]  # no trial of them: built here
     reference = entries.index(base) if base is not None else 0  # what the speedups are measured against
-    with tempfile.TemporaryDirectory(prefix="tuner-finalists-") as saved:
-        with Evaluator(problem.spec, timeout_s, study=study.study_name) as evaluator:
-            confirmed_run = evaluator.confirm([t.user_attrs[CONFIG] for t in entries] + [c for _, c in untried],
-                                              reference, rounds=rounds, save_dir=saved if store is not None else None)
+    with tempfile.TemporaryDirectory(prefix="tuner-finalists-") as saved, \
+            Evaluator(problem.spec, timeout_s, study=study.study_name) as evaluator:
+        confirmed_run = evaluator.confirm([t.user_attrs[CONFIG] for t in entries] + [c for _, c in untried],
+                                          reference, rounds=rounds, save_dir=saved)
         winner = _decide(study, problem, cands, base, entries, confirmed_run)
+        not_deployed: list[dict] = []
+        while winner is not None and base is not None and winner["trial"] != base.number and alone_processes:
+            deployed = _deployment_check(evaluator, winner, base, entries, confirmed_run["results"], saved,
+                                         alone_processes)
+            winner["deployed"] = deployed
+            if deployed["speedup_high"] >= 1.0:
+                break
+            # slower than the baseline alone, beyond the noise: not the winner; the decision is made without it
+            not_deployed.append({"trial": winner["trial"], "claimed_speedup": winner.get("speedup"), "deployed": deployed})
+            cands = [t for t in cands if t.number != winner["trial"]]
+            winner = _decide(study, problem, cands, base, entries, confirmed_run) if cands else None
+        if winner is not None and not_deployed:
+            winner["not_deployed"] = not_deployed
         if winner is not None:
             winner |= against_defaults(winner, defaults, entries, untried, confirmed_run["results"])
         if winner is not None and store is not None:
@@ -107,6 +124,24 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
     if winner is None:
         _drop_earlier(study, store, keep_all)
     return winner
+
+
+def _deployment_check(evaluator: Evaluator, winner: dict, base, entries: list, results: list[dict], saved: str,
+                      processes: int) -> dict:
+    """The winner and the baseline, as selection saved them, each timed alone in `processes` fresh processes
+    (timing.time_alone): the figure users compare with their own, with whether it agrees with the claim."""
+    at = {t.number: i for i, t in enumerate(entries)}
+    pair = [at[winner["trial"]], at[base.number]]
+    figures = evaluator.alone([(results[i]["backend"], os.path.join(saved, str(i))) for i in pair],
+                              results[pair[0]]["device"], processes)
+    deployed = alone_record(*figures)
+    return deployed | {"agrees": agrees_with_claim(winner, deployed)}
+
+
+def agrees_with_claim(winner: dict, deployed: dict) -> bool:
+    """The side-by-side claim and the deployment check agree within their noise: their speedup intervals overlap."""
+    low, high = winner.get("speedup_interval") or [winner.get("speedup"), winner.get("speedup")]
+    return low is None or (low <= deployed["speedup_high"] and deployed["speedup_low"] <= high)
 
 
 def runtime_defaults(study: optuna.Study, problem: Problem, base) -> dict[str, tuple[Any, dict]]:
@@ -193,7 +228,7 @@ def _decide(study: optuna.Study, problem: Problem, cands: list, base, entries: l
         "compared": {str(n): v["median_ms"] for n, v in stats.items()},
         # every finalist's side-by-side timing, for `tune`, `select` and the report (report/finalists.py)
         "finalists": sorted(({"trial": f.number, "baseline": base is not None and f.number == base.number,
-                              "feasible": bool(r["feasible"]), "relative": ratio[f.number],
+                              "feasible": bool(r["feasible"]), "relative": ratio[f.number], "process": r.get("process"),
                               "choices": choices_off_defaults(f.params, f.user_attrs.get(CONFIG) or {}, problem.space)}
                              | stats[f.number] for f, r in built), key=lambda f: f["relative"]["ratio"]),
         # the finalists that tie the fastest within noise, of which the simplest won (simplest_among_ties)

@@ -1,5 +1,6 @@
 """`tuner verify`: the winner (the exported engine, or its config rebuilt) re-timed against the backend's
-defaults in a fresh process, in paired blocks, beside the study's own claim."""
+defaults, each engine in a fresh process of its own: in paired blocks, then each alone in several fresh
+processes (the deployment check), beside the study's own claim."""
 from __future__ import annotations
 
 import time
@@ -10,9 +11,10 @@ from ..errors import UserError
 from ..execute.jobs import Evaluator
 from ..measure.latency import LatencyProtocol
 from ..problem.spec import Problem
+from ..report.as_run import deployed_text
 from ..search.record import CONFIG
 from ..search.trials import baseline_trial
-from .select import WINNER_ATTR
+from .select import WINNER_ATTR, agrees_with_claim
 
 VERIFY_PROTOCOL = LatencyProtocol(max_seconds=30.0, rel_ci=0.01, max_runs=2000)
 
@@ -36,7 +38,10 @@ def verify_winner(study: optuna.Study, problem: Problem, engine_dir: str | None 
               "winner_ms": got["latency"]["median_ms"], "defaults_ms": got["baseline_latency"]["median_ms"],
               "claimed_speedup": winner.get("speedup"), "busy": got["load"]["busy"], "load": got["load"],
               "metrics": got["metrics"], "meets_requirement": got["feasible"], "rounds": rel["rounds"],
-              "engine": engine_dir or "rebuilt from the winner's config", "verified_at": time.time()}
+              "engine": engine_dir or "rebuilt from the winner's config", "verified_at": time.time(),
+              "processes": got["processes"]}
+    if got.get("alone"):
+        result["alone"] = got["alone"] | {"agrees": agrees_with_claim(winner, got["alone"])}
     if winner.get("speedup"):
         result["difference"] = result["speedup"] / winner["speedup"] - 1.0
     study.set_user_attr(WINNER_ATTR, winner | {"verify": result})
@@ -46,11 +51,13 @@ def verify_winner(study: optuna.Study, problem: Problem, engine_dir: str | None 
 def verify_lines(result: dict) -> list[str]:
     """What `tuner verify` (and export) prints: both figures and how far apart they are."""
     lines = [f"verify: winner {result['winner_ms']:.2f} ms, defaults {result['defaults_ms']:.2f} ms, timed in paired "
-             f"blocks in a fresh process: {result['speedup']:.2f}x [95% {result['speedup_low']:.2f}-"
+             f"blocks, each in a fresh process: {result['speedup']:.2f}x [95% {result['speedup_low']:.2f}-"
              f"{result['speedup_high']:.2f}] over {result['rounds']} rounds"]
     if result.get("claimed_speedup"):
         lines.append(f"the study claimed {result['claimed_speedup']:.2f}x: verify reads {100 * result['difference']:+.1f}%"
                      + (" (within 3%)" if abs(result["difference"]) <= 0.03 else " (more than 3% apart)"))
+    if result.get("alone"):
+        lines.append(f"verify: {deployed_text(result['alone'], result.get('claimed_speedup'))}")
     if result["busy"]:
         lines.append(f"warning: other processes used {result['load']['other_cores']:.1f} cores during the timing; "
                      "run tuner verify again on a quiet machine")
