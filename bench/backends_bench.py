@@ -53,10 +53,10 @@ def model_inputs(name: str, work: str) -> tuple[str, dict]:
     if name == "demo":
         path = write_demo_model(os.path.join(work, "demo.onnx"), outliers=2)
         return path, {"shapes": ["x=8x64x256"], "require": "cos<=0.005"}
-    if name == "minilm":
+    if name in ("minilm", "minilm-sdpa"):
         import encoder
 
-        path, data = encoder.minilm_model()
+        path, data = encoder.minilm_model("sdpa" if name == "minilm-sdpa" else "eager")
         return path, {"data": data, "require": "cos<=0.01"}
     if name == "ocr-rec":
         import fetch_models
@@ -116,24 +116,33 @@ def fixed_rows(study: optuna.Study) -> dict[str, dict]:
             "OV int8 (all layers, NNCF defaults)": config(backend="openvino", ov_precision="int8", static_shapes=True)}
 
 
-def side_by_side(study: optuna.Study, rows: dict[str, dict], rounds: int) -> dict[str, dict]:
-    """Each row rebuilt, checked and timed side by side in one process; equal configs share one engine."""
+def side_by_side(study: optuna.Study, rows: dict[str, dict], rounds: int, alone: int = 0) -> dict[str, dict]:
+    """Each row rebuilt, checked and timed side by side, each engine in a process of its own; equal configs share
+    one engine. alone: also each engine alone in that many fresh processes (the deployment check's figure:
+    "alone_speedup", the medians of the processes' medians against the first row's)."""
     problem = study_problem(study)
     primary = problem.requirement.primary_metric
     distinct: list[dict] = []
     for config in rows.values():
         if config not in distinct:
             distinct.append(config)
-    with Evaluator(problem.spec, timeout_s=7200) as evaluator:  # the first row, ORT defaults, is the baseline
-        results = evaluator.confirm(distinct, baseline=0, rounds=rounds)["results"]
+    with tempfile.TemporaryDirectory() as saved, Evaluator(problem.spec, timeout_s=7200) as evaluator:
+        results = evaluator.confirm(distinct, baseline=0, rounds=rounds, save_dir=saved)["results"]  # row 0: ORT defaults
+        built = [i for i, r in enumerate(results) if "error" not in r]
+        figures = evaluator.alone([(results[i]["backend"], os.path.join(saved, str(i))) for i in built],
+                                  processes=alone) if alone else []
+    alone_ms = {i: f.median_ms for i, f in zip(built, figures)}
     out = {}
     for label, config in rows.items():
-        r = results[distinct.index(config)]
+        i = distinct.index(config)
+        r = results[i]
         rel = r.get("relative")
         out[label] = {"config": config, "error": (r.get("metrics") or {}).get(primary), "feasible": r.get("feasible"),
                       "median_ms": r["latency"]["median_ms"] if "latency" in r else None, "failed": r.get("error"),
                       "speedup": 1.0 / rel["ratio"] if rel else None,
-                      "speedup_ci": [1.0 / rel["ci_high"], 1.0 / rel["ci_low"]] if rel else None}
+                      "speedup_ci": [1.0 / rel["ci_high"], 1.0 / rel["ci_low"]] if rel else None,
+                      "alone_ms": alone_ms.get(i),
+                      "alone_speedup": alone_ms[0] / alone_ms[i] if i in alone_ms and 0 in alone_ms else None}
     return out
 
 

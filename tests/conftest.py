@@ -27,9 +27,11 @@ def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("TUNER_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
-def write_masked_attention_model(path: str, hidden: int = 32, seq: int = 16) -> str:
+def write_masked_attention_model(path: str, hidden: int = 32, seq: int = 16, guarded: bool = False) -> str:
     """A BERT-style attention block whose mask becomes Where(mask, 0, -inf) added to the scores: the
-    path where ORT's histogram calibrators see [-inf, inf]. Inputs x [batch, seq, hidden], mask [batch, seq]."""
+    path where ORT's histogram calibrators see [-inf, inf]. Inputs x [batch, seq, hidden], mask [batch, seq].
+    guarded: the probabilities pass Where(IsNaN(p), 0, p) before the MatMul with V, as torch.onnx.export
+    writes transformers' SDPA attention (the guard of fully masked rows)."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -48,8 +50,12 @@ def write_masked_attention_model(path: str, hidden: int = 32, seq: int = 16) -> 
              n("MatMul", ["x", "wv"], ["v"], name="v_proj"), n("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="k_t"),
              n("MatMul", ["q", "kt"], ["scores"], name="scores"),
              n("Add", ["scores", "mask_add3"], ["masked"], name="mask_apply"),
-             n("Softmax", ["masked"], ["probs"], axis=-1, name="softmax"),
-             n("MatMul", ["probs", "v"], ["ctx"], name="context"), n("MatMul", ["ctx", "wo"], ["y"], name="out_proj")]
+             n("Softmax", ["masked"], ["probs"], axis=-1, name="softmax")]
+    if guarded:
+        nodes += [n("IsNaN", ["probs"], ["nan"], name="guard_isnan"),
+                  n("Where", ["nan", "zero", "probs"], ["probs_safe"], name="guard_where")]
+    nodes += [n("MatMul", ["probs_safe" if guarded else "probs", "v"], ["ctx"], name="context"),
+              n("MatMul", ["ctx", "wo"], ["y"], name="out_proj")]
     graph = helper.make_graph(nodes, "masked_attention",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", seq, hidden]),
                                helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", seq])],
@@ -64,3 +70,9 @@ def write_masked_attention_model(path: str, hidden: int = 32, seq: int = 16) -> 
 @pytest.fixture(scope="session")
 def masked_attention_path(tmp_path_factory):
     return write_masked_attention_model(str(tmp_path_factory.mktemp("masked") / "masked.onnx"))
+
+
+@pytest.fixture(scope="session")
+def guarded_attention_path(tmp_path_factory):
+    """Softmax -> IsNaN/Where -> MatMul: the shape today's PyTorch exporters write."""
+    return write_masked_attention_model(str(tmp_path_factory.mktemp("guarded") / "guarded.onnx"), guarded=True)

@@ -13,6 +13,7 @@ from tuner.errors import UserError
 
 BACKENDS_ENV = "TUNER_REQUIRE_BACKENDS"
 BROWSER_ENV = "TUNER_REQUIRE_BROWSER"
+TORCH_ENV = "TUNER_REQUIRE_TORCH"  # torch (CPU build) and onnxscript: the GP sampler, the exporters' graphs
 
 
 def required_backends() -> set[str]:
@@ -35,6 +36,28 @@ def backend_or_skip(name: str):
         reason = str(exc)
         reason = reason if reason.startswith(f"backend {name}") else f"backend {name}: {reason}"
         _missing(reason, name in required_backends(), f"backend {name} ({BACKENDS_ENV})")
+
+
+def library_or_skip(module: str, required: bool, install: str):
+    """The imported module, or a skip that says how to install it; a failure instead where `required`."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        _missing(f"{module} does not import ({exc}): {install}", required, module)
+
+
+def nncf_or_skip():
+    """NNCF, which OpenVINO's quantizing routes need: required wherever OpenVINO is."""
+    return library_or_skip("nncf", "openvino" in required_backends(), 'pip install -e ".[openvino]"')
+
+
+def torch_or_skip():
+    """PyTorch (the CPU build) and onnxscript (its dynamo exporter): required where TUNER_REQUIRE_TORCH=1."""
+    required = os.environ.get(TORCH_ENV) == "1"
+    library_or_skip("onnxscript", required, "pip install onnxscript")
+    return library_or_skip("torch", required, "pip install torch==2.13.0 (a CPU build)")
 
 
 def chromium_or_skip() -> str:

@@ -173,7 +173,7 @@ def test_without_openvino_cpu_yaml_keeps_onnxruntime_and_says_how_to_add_it(tmp_
 def test_importing_the_backend_starts_no_thread(openvino):
     # openvino's telemetry sent an event from a thread that forks; the forkserver (which imports this
     # backend) then forked trial children holding its import lock, and they hung in start-up
-    code = ("import threading, tuner.backends.openvino, nncf; "
+    code = ("import threading, tuner.backends.openvino.backend, nncf; "
             "print(sorted(t.name for t in threading.enumerate()))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr

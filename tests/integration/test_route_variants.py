@@ -3,6 +3,7 @@ a route none of whose variants builds is dropped with one note and the study goe
 variants on the demo encoder (attention: model type TRANSFORMER, SmoothQuant off where layers stay in
 float) condition the ranking and the greedy trial, which takes bf16 float parts where the CPU has BF16."""
 import pytest
+from needs import backend_or_skip, nncf_or_skip
 
 from tuner.analysis import rankings
 from tuner.analysis.variants import choose
@@ -97,8 +98,8 @@ layer_overrides:
 
 @pytest.fixture(scope="module")
 def openvino_study(tmp_path_factory):
-    pytest.importorskip("openvino")
-    pytest.importorskip("nncf")
+    backend_or_skip("openvino")
+    nncf_or_skip()
     tmp = tmp_path_factory.mktemp("ov-variants")
     planted = write_demo_model(str(tmp / "planted.onnx"), outliers=2)
     (tmp / "space.yaml").write_text(OV_SPACE)

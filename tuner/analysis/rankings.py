@@ -5,8 +5,9 @@ the ranking names its variant, and the keep-in-float search exists only under it
 
 A route whose every variant fails to build is dropped with one note, and the study goes on with the rest.
 No layer is ranked where it would not pay: when the chosen variant meets the requirement with every layer
-quantized (its greedy set is empty), or when every variant is clearly slower than the fp32 engine (timed
-in turn with it: keeping layers in float only adds float work to an engine already slower than float)."""
+quantized (its greedy set is empty), or when no variant is faster than the fp32 engine beyond the noise (the
+route gate: timed in turn with it; keeping layers in float only adds float work to an engine already no
+faster than float)."""
 from __future__ import annotations
 
 import hashlib
@@ -17,7 +18,7 @@ from collections.abc import Callable
 
 from ..errors import UserError
 from ..execute.isolate import TrialFailure
-from ..execute.jobs import Evaluator
+from ..execute.jobs import Evaluator, OutOfTime
 from ..inputs.configs import effective_encoding, layer_candidates
 from ..inputs.space import ROUTE_KEY, LayerOverride
 from ..problem.spec import Problem
@@ -26,18 +27,33 @@ from ..report.variants import variant_lines
 from .sensitivity import DEFAULT_BUDGET, ranking_for_study
 from .variants import carried_settings, choose, measure_variants, variant_setups
 
-# No layer is ranked for a route whose fastest variant, every layer quantized, runs this much slower than
-# the fp32 engine (timed in turn in one job: tuner.analysis.variants): keeping layers in float mostly adds float work
-# and conversions to it. A margin, as a few layers could still gain where the rest lose; OpenVINO's int8 on
-# an AVX2 CPU without VNNI ran 1.7x slower than its fp32 (0.58x, bench/README.md), the case this skips.
-NOT_FASTER = 1.2
+# The route gate: layers are ranked only for a route whose fastest variant, every layer quantized, is faster
+# than the fp32 engine beyond the noise (its ratio's 95% interval, timed in turn with it, lies below this).
+# Keeping layers in float only adds float work and conversions to a quantized engine, so a route that is not
+# faster all-quantized cannot win by them. OpenVINO's all-int8 variants on an AVX2 CPU without VNNI ran
+# 1.19-1.24x its fp32 engine (issue 40), and ranking their layers cost 20 minutes; where VNNI kernels win
+# (0.68x on an AVX-512 VNNI CPU) the route is ranked. The route stays in the space for TPE either way.
+NOT_FASTER = 1.0
 
 
-def slower_than_fp32(rows: list[dict]) -> float | None:
-    """The fastest ratio to the fp32 engine (timed in turn) among the variant rows that let a layer stay in
-    float, where it is above NOT_FASTER (no layer is ranked then); else None."""
-    fastest = min((r["ratio"] for r in rows if r.get("layers") and r.get("ratio")), default=None)
-    return fastest if fastest and fastest > NOT_FASTER else None
+def slower_than_fp32(rows: list[dict]) -> dict | None:
+    """The fastest variant row (ratio to the fp32 engine, timed in turn) among those that let a layer stay in
+    float, where even it is not faster than fp32 beyond its interval (no layer is ranked then); else None."""
+    timed = [r for r in rows if r.get("layers") and r.get("ratio")]
+    if not timed:
+        return None
+    fastest = min(timed, key=lambda r: r["ratio"])
+    top = (fastest.get("ratio_ci") or [fastest["ratio"]] * 2)[1]  # a row cached without its interval: the ratio
+    return fastest if top >= NOT_FASTER else None
+
+
+def gate_line(label: str, row: dict) -> str:
+    """Why a route's layers are not ranked, with both figures."""
+    lo, hi = row.get("ratio_ci") or [row["ratio"]] * 2
+    ms = f" ({row['ms']:.2f} ms against {row['fp32_ms']:.2f} ms)" if row.get("ms") and row.get("fp32_ms") else ""
+    return (f"{label}: its fastest variant, every layer quantized, runs at {row['ratio']:.2f}x [95% {lo:.2f}-{hi:.2f}] "
+            f"the fp32 engine's latency{ms}, timed in turn: keeping layers in float cannot make it faster, so no layer "
+            "is ranked; the route stays in the space for the search")
 
 
 def _without_layers(override: LayerOverride, config: dict, common: dict, **why) -> dict:
@@ -48,7 +64,24 @@ def _without_layers(override: LayerOverride, config: dict, common: dict, **why) 
 
 
 def override_ranking(problem: Problem, override: LayerOverride, evaluator: Evaluator,
-                     on_progress: Callable[[str], None] = lambda s: None, budget: int | None = DEFAULT_BUDGET) -> dict:
+                     on_progress: Callable[[str], None] = lambda s: None, budget: int | None = DEFAULT_BUDGET,
+                     method: str = "activations") -> dict:
+    """override_ranking_of, or, where the evaluator's deadline (the study's --timeout) passed during it, a ranking
+    with no layer that says so: the study goes on with its trials, every layer of the route quantized."""
+    try:
+        return override_ranking_of(problem, override, evaluator, on_progress, budget, method)
+    except OutOfTime:
+        backend = problem.space.backends_of(override.when)[0]
+        config = {"backend": backend, "precision": override.sensitivity_route}
+        return _without_layers(override, config, {"backend": backend, "metric": problem.requirement.primary_metric,
+                                                  "variants": [], "analysis_builds": 0, "analysis_s": 0.0},
+                               greedy_feasible=False, variant={},
+                               skipped="the study's --timeout ran out during the analysis; every layer stays quantized")
+
+
+def override_ranking_of(problem: Problem, override: LayerOverride, evaluator: Evaluator,
+                        on_progress: Callable[[str], None] = lambda s: None, budget: int | None = DEFAULT_BUDGET,
+                        method: str = "activations") -> dict:
     """The stored ranking of one override: the variant table, the chosen variant's options (`variant`)
     and, where the layers were ranked, the order and greedy cut (tuner.analysis.sensitivity.ranking_for_study).
     dropped: the note of a route that does not build; skipped: why no layer was ranked."""
@@ -79,15 +112,14 @@ def override_ranking(problem: Problem, override: LayerOverride, evaluator: Evalu
     fastest = slower_than_fp32(rows)
     if fastest is not None:
         return _without_layers(override, config, common, greedy_feasible=False, variant=chosen["options"],
-                               skipped=f"its fastest variant, every layer quantized, runs at {fastest:.2f}x the fp32 "
-                                       "engine's latency (timed in turn): keeping layers in float would not make it faster")
+                               skipped=gate_line(label, fastest))
     left = None if budget is None else budget - measured["builds"]
     if left is not None and left < 4:
         return _without_layers(override, config, common, greedy_feasible=False, variant=chosen["options"],
                                skipped=f"the variants took the analysis budget ({budget} builds; --sensitivity-budget)")
     try:
         ranking = ranking_for_study(problem, config, override, evaluator, on_progress, left,
-                                    known={"error_all_quantized": chosen["error"]})
+                                    known={"error_all_quantized": chosen["error"]}, method=method)
     except (UserError, TrialFailure) as exc:  # a build of the ranking failed: the variant itself still builds
         return _without_layers(override, config, common, greedy_feasible=False, variant=chosen["options"],
                                skipped=f"a build of the ranking failed ({exc}); every layer stays quantized")
@@ -98,27 +130,41 @@ def override_ranking(problem: Problem, override: LayerOverride, evaluator: Evalu
 
 
 def study_rankings(problem: Problem, timeout_s: float = 600.0, quiet: bool = True,
-                   budget: int | None = DEFAULT_BUDGET) -> dict[str, dict]:
+                   budget: int | None = DEFAULT_BUDGET, method: str = "activations", deadline: float | None = None,
+                   on_ranking: Callable[[str, dict], None] = lambda name, ranking: None,
+                   log_path: str | None = None) -> dict[str, dict]:
     """For each override the sensitivity encoding applies to (`sensitivity`, or `auto` on a model with
-    many candidates): its variants, then its ranking. Computed once per study and stored in it."""
+    many candidates): its variants, then its ranking. Computed once per study and stored in it. Each ranking
+    goes to on_ranking as soon as it is made; deadline: time.monotonic() past which no build starts; log_path:
+    where the builds' own output goes (the study's trials log; None: the terminal)."""
     out = {}
     wanted = [o for o in problem.space.overrides if effective_encoding(o, problem.graph_nodes) == "sensitivity"]
     if not wanted:
         return out
-    progress = progress_printer(quiet, log_lines=True)
-    with Evaluator(problem.spec, timeout_s, persistent=True) as evaluator:
+    started = time.perf_counter()
+    printer = progress_printer(quiet, log_lines=True)
+    with Evaluator(problem.spec, timeout_s, persistent=True, deadline=deadline, log_path=log_path) as evaluator:
+
+        def progress(message: str) -> None:  # what the analysis does, and what it has spent so far
+            printer(f"analysis {_elapsed(time.perf_counter() - started)}: {message}")
+
         for o in wanted:
             if not quiet:
                 n = len(layer_candidates(o, problem.graph_nodes))
                 print(f"{o.name}: the route variants of {o.sensitivity_route} (every layer quantized), then its {n} "
-                      f"candidates ranked by sensitivity for the best variant, once per study (at most "
+                      f"candidates ranked ({method}) for the best variant, once per study (at most "
                       f"{budget or 'no cap on the'} builds; --sensitivity-budget)", file=sys.stderr)
-            started = time.perf_counter()
-            out[o.name] = r = override_ranking(problem, o, evaluator, progress, budget)
+            begun = time.perf_counter()
+            out[o.name] = r = override_ranking(problem, o, evaluator, progress, budget, method)
+            on_ranking(o.name, r)
             if not quiet:
                 print("\r" + "\n".join(variant_lines(o.name, r)) +
-                      f"\n  ({r['analysis_builds']} analysis builds, {time.perf_counter() - started:.0f} s)", file=sys.stderr)
+                      f"\n  ({r['analysis_builds']} analysis builds, {time.perf_counter() - begun:.0f} s)", file=sys.stderr)
     return out
+
+
+def _elapsed(seconds: float) -> str:
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
 def ranking_notes(rankings: dict | None) -> list[str]:

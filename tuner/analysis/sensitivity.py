@@ -1,12 +1,19 @@
-"""Per-layer sensitivity of a quantizing route, and the greedy float set it suggests.
+"""Per-layer sensitivity of a quantizing route, and the greedy float set it suggests. Two methods:
 
-For each per-layer candidate (a node, or a group of nodes by name pattern): the error when only it
-is quantized, the error when everything but it is quantized, its share of fp32 latency from the
-backend's per-node profile, and the time saved by quantizing it alone. One build per measurement,
-each through the isolated evaluator (a crash in a build fails the analysis, never the caller);
-cached per model, data, route and its options, candidates and backend versions.
+- activations (the default): one float run and one all-quantized run, each candidate's output compared
+  between them the way ONNX Runtime's qdq_loss_debug compares activations; a candidate's sensitivity is
+  the error its own quantization adds to its output (its output's relative error beyond its inputs',
+  independent noises adding in quadrature). Two builds, then a few real builds confirm the float
+  set: the k most sensitive kept in float for k = 1, 2, 4, ... until the requirement holds, a bisection
+  below that, and each kept layer dropped back where the rest still holds.
+- builds (exhaustive, the method before it): for each candidate the error when only it is quantized and
+  when everything but it is, two builds per candidate, and its time saved quantized alone; then the
+  greedy pass over k = 0, 1, 2, ...
 
-Errors are not additive: the greedy pass builds and measures every set it proposes.
+Both give each candidate's share of fp32 latency from the backend's per-node profile. Every build goes
+through the isolated evaluator (a crash in a build fails the analysis, never the caller) and is cached per
+model, data, route and its options, candidates and backend versions. Errors are not additive: the
+float set is confirmed by builds of every set it proposes.
 """
 from __future__ import annotations
 
@@ -18,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from ..backends.base import backend_versions
+from ..backends.base import backend_versions, get_backend
 from ..errors import UserError
 from ..execute.isolate import TrialFailure
 from ..execute.jobs import Evaluator
@@ -34,10 +41,14 @@ QUICK = LatencyProtocol(warmup=2, min_runs=5, max_runs=20, max_seconds=0.5)
 
 @dataclass
 class Entry:
+    """One candidate's row. Method builds: the model's error with only it quantized (error_only) and with
+    everything but it (error_all_but). Method activations: the relative error its own quantization adds to
+    its output (error_only) and its output's relative error in the all-quantized run (error_all_but)."""
+
     name: str
     nodes: list[str]
-    error_only: float  # only this candidate quantized
-    error_all_but: float  # everything quantized except this candidate
+    error_only: float
+    error_all_but: float
     latency_share: float  # of the fp32 engine's node time
     gain_ms: float  # fp32 latency minus latency with only this candidate quantized
     group: str | None = None  # set when the budget left it unmeasured: the figures are its group's
@@ -176,11 +187,114 @@ def analyze(problem: Problem, route_config: dict, override: LayerOverride, evalu
                 entries += [Entry(c, nodes, g.error_only, g.error_all_but, sum(shares.get(n, 0.0) for n in nodes),
                                   0.0, group=g.name) for c, nodes in members.items()]
     table = {"key": key, "route": route_config, "override": override.name, "config_key": override.key,
-             "metric": metric, "fp32_ms": fp32_ms,
+             "metric": metric, "method": "builds", "fp32_ms": fp32_ms,
              "error_all_quantized": err_all, "entries": [asdict(e) for e in entries], "cached": False,
              "builds": builds, "seconds": time.perf_counter() - started, "budget": budget}
     cache.write_json(name, table)
     return table
+
+
+def _activation_tensors(problem: Problem, candidates: dict[str, list[str]]) -> dict[str, tuple[str, list[str]]]:
+    """Per candidate node: (its output tensor, its activation inputs: inputs that are no initializer)."""
+    graph = problem.model.proto.graph
+    constants = {i.name for i in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    by_name = {n.name: n for n in graph.node}
+    return {n: (by_name[n].output[0], [i for i in by_name[n].input if i and i not in constants])
+            for nodes in candidates.values() for n in nodes if n in by_name}
+
+
+def added_error(output: float, inputs: list[float]) -> float:
+    """The relative error a layer's own quantization adds to its output: its output's beyond what its inputs
+    bring, independent relative noises adding in quadrature (a product of two noisy activations, attention's
+    Q K^T, carries both inputs' errors)."""
+    return math.sqrt(max(output ** 2 - sum(e ** 2 for e in inputs), 0.0))
+
+
+def analyze_activations(problem: Problem, route_config: dict, override: LayerOverride, evaluator: Evaluator,
+                        float_config: dict, on_progress: Callable[[str], None] = lambda s: None) -> dict | None:
+    """The sensitivity table from one float and one all-quantized run (method activations), most sensitive
+    first; None where the backend cannot give activations. float_config: the float engine compared with."""
+    candidates = layer_candidates(override, problem.graph_nodes)
+    key = table_key(problem, route_config | {"method": "activations", "float": float_config}, candidates, None)
+    name = f"sensitivity-{key}.json"
+    table = cache.read_json(name)
+    if table is not None:
+        table["cached"] = True
+        return table
+    started = time.perf_counter()
+    io = _activation_tensors(problem, candidates)
+    tensors = sorted({t for out, ins in io.values() for t in [out, *ins]})
+    on_progress("sensitivity: one float and one all-quantized run")
+    errors = evaluator.activation_errors(float_config, route_config | {override.key: []}, tensors)
+    if errors is None:
+        return None
+    shares = evaluator.node_times(problem.backend_name(route_config))
+    entries = []
+    for cand, nodes in candidates.items():
+        mine = [io[n] for n in nodes if n in io and io[n][0] in errors]
+        added = max((added_error(errors[out], [errors.get(i, 0.0) for i in ins]) for out, ins in mine), default=0.0)
+        output = max((errors[out] for out, _ in mine), default=0.0)
+        entries.append(Entry(cand, nodes, added, output, sum(shares.get(n, 0.0) for n in nodes), 0.0))
+    entries.sort(key=lambda e: (-e.error_only, -e.error_all_but))
+    table = {"key": key, "route": route_config, "override": override.name, "config_key": override.key,
+             "metric": problem.requirement.primary_metric, "method": "activations", "fp32_ms": None,
+             "error_all_quantized": None, "entries": [asdict(e) for e in entries], "cached": False, "builds": 2,
+             "seconds": time.perf_counter() - started, "budget": None}
+    cache.write_json(name, table)
+    return table
+
+
+def confirmed_float_set(problem: Problem, route_config: dict, table: dict, evaluator: Evaluator,
+                        on_progress: Callable[[str], None] = lambda s: None,
+                        budget: int | None = None) -> tuple[list[str] | None, int]:
+    """The float set the table's order suggests, confirmed by real builds: the k most sensitive kept in float
+    for k = 1, 2, 4, ... until the requirement holds, the smallest such k found by bisection below it, then
+    each kept candidate (least sensitive first) dropped back where the rest still holds. About 2 log2(k) + k
+    builds. Returns (the candidate names kept, builds made); None when even all in float fails, or when the
+    budget (builds) runs out before any set holds."""
+    order = [e["name"] for e in table["entries"]]
+    nodes_of = {e["name"]: e["nodes"] for e in table["entries"]}
+    builds = 0
+    known: dict[frozenset, bool] = {}  # each set built once, whichever step asks for it
+
+    def holds(names: list[str]) -> bool | None:
+        """Whether keeping `names` in float meets the requirement; None once the budget is spent."""
+        nonlocal builds
+        if frozenset(names) not in known:
+            if budget is not None and builds >= budget:
+                return None
+            builds += 1
+            kept = sorted(n for name in names for n in nodes_of[name])
+            config = route_config | {table.get("config_key", table["override"]): kept}
+            known[frozenset(names)] = _measure(problem, evaluator, config)["feasible"]
+        return known[frozenset(names)]
+
+    k, low = 1, 0
+    while True:
+        on_progress(f"confirming: the {min(k, len(order))} most sensitive in float")
+        got = holds(order[:k])
+        if got is None:
+            return None, builds
+        if got:
+            break
+        if k >= len(order):
+            return None, builds
+        low, k = k, 2 * k
+    high = min(k, len(order))
+    while high - low > 1:  # the smallest k that holds, between the last that failed and the first that held
+        mid = (low + high) // 2
+        on_progress(f"confirming: the {mid} most sensitive in float")
+        got = holds(order[:mid])
+        if got is None:
+            break
+        low, high = (low, mid) if got else (mid, high)
+    kept = order[:high]
+    for name in reversed(list(kept)):  # least sensitive of the kept first
+        trial = [n for n in kept if n != name]
+        on_progress(f"confirming: without {name}")
+        if trial and holds(trial):
+            kept = trial
+    return kept, builds
 
 
 def greedy_float_set(problem: Problem, route_config: dict, table: dict, evaluator: Evaluator,
@@ -223,18 +337,42 @@ def greedy_float_set(problem: Problem, route_config: dict, table: dict, evaluato
     return kept, builds
 
 
+def sensitivity_table(problem: Problem, route_config: dict, override: LayerOverride, evaluator: Evaluator,
+                      method: str = "activations", on_progress: Callable[[str], None] = lambda s: None,
+                      budget: int | None = None, known: dict | None = None, float_config: dict | None = None) -> dict:
+    """The sensitivity table by `method` (search.choices.SENSITIVITY_METHODS); activations falls back to
+    builds where the backend cannot give them. float_config: the float engine activations compare with
+    (default: the route's backend at fp32, computing in float32 throughout: Backend.float32)."""
+    table = None
+    if method == "activations":
+        backend = problem.backend_name(route_config)
+        table = analyze_activations(problem, route_config, override, evaluator,
+                                    float_config or fp32_config(route_config) | get_backend(backend).float32, on_progress)
+    return table if table is not None else analyze(problem, route_config, override, evaluator, on_progress, budget, known)
+
+
+def float_set(problem: Problem, route_config: dict, table: dict, evaluator: Evaluator,
+              on_progress: Callable[[str], None] = lambda s: None, budget: int | None = None) -> tuple[list[str] | None, int]:
+    """The float set of a table, confirmed by builds as its method goes (confirmed_float_set, greedy_float_set)."""
+    confirm = confirmed_float_set if table.get("method") == "activations" else greedy_float_set
+    return confirm(problem, route_config, table, evaluator, on_progress, budget)
+
+
 def ranking_for_study(problem: Problem, route_config: dict, override: LayerOverride, evaluator: Evaluator,
                       on_progress: Callable[[str], None] = lambda s: None, budget: int | None = DEFAULT_BUDGET,
-                      known: dict | None = None) -> dict:
+                      known: dict | None = None, method: str = "activations", float_config: dict | None = None) -> dict:
     """What a sensitivity-encoded study stores: the order (greedy set first, then the rest by
-    sensitivity) and the cut (size of the greedy set), with the table it came from and what the
-    analysis cost (builds and seconds; a cached table costs none)."""
+    sensitivity) and the cut (size of the greedy set), with the table it came from, its method, and what the
+    analysis cost (builds and seconds; a cached table costs none). method activations falls back to builds
+    where the backend cannot give activations. float_config: the float engine activations compare with
+    (default: the route's backend at fp32)."""
     started = time.perf_counter()
-    table = analyze(problem, route_config, override, evaluator, on_progress, budget, known)
+    table = sensitivity_table(problem, route_config, override, evaluator, method, on_progress, budget, known, float_config)
     left = None if budget is None else max(budget - (0 if table["cached"] else table.get("builds", 0)), 0)
-    kept, builds = greedy_float_set(problem, route_config, table, evaluator, on_progress, left)
+    kept, builds = float_set(problem, route_config, table, evaluator, on_progress, left)
     rest = [e["name"] for e in table["entries"] if e["name"] not in (kept or [])]
     return {"override": override.name, "route": route_config, "table_key": table["key"],
+            "method": table.get("method", "builds"),
             "order": (kept or []) + rest, "cut": len(kept) if kept is not None else len(rest),
             "greedy_feasible": kept is not None, "greedy_builds": builds,
             "analysis_builds": (0 if table["cached"] else table.get("builds", 0)) + builds,

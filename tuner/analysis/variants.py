@@ -3,7 +3,8 @@ of a quantizing route (NNCF model type, SmoothQuant, preset, overflow fix; ONNX 
 reduce-range, op types, calibration method), each with its error and a quick latency, and the variant
 the layers are then ranked for.
 
-The option sets come from the backend (`route_variants(route, attention)`), are kept where the space
+The option sets come from the backend (`route_variants(route, attention)`, attention: the graph has a Softmax
+and a MatMul, so a transformer's options are built and measured too), are kept where the space
 offers them (a variant the study's trials cannot build is left out), and carry the settings an expert
 gives a quantized engine where the space offers them (the backend's `quantized_settings`: OpenVINO's bf16
 for the float parts, static shapes). Each build goes through the isolated evaluator and is timed in turn with the fp32
@@ -22,7 +23,7 @@ from dataclasses import asdict
 from ..backends.base import backend_versions, get_backend
 from ..execute.isolate import TrialFailure
 from ..execute.jobs import Evaluator
-from ..inputs.attention import has_attention
+from ..inputs.attention import may_have_attention
 from ..inputs.configs import override_active
 from ..inputs.space import BACKEND, ROUTE_KEY, LayerOverride
 from ..measure.latency import LatencyProtocol
@@ -53,7 +54,7 @@ def variant_setups(problem: Problem, override: LayerOverride, route: str, backen
     fix what they name: a variant that sets another value is left out."""
     base, _ = route_setup(problem, route, backend, values)
     be = get_backend(problem.backend_name(base))
-    wanted = list(be.route_variants(base[ROUTE_KEY], has_attention(problem.model.proto)))
+    wanted = list(be.route_variants(base[ROUTE_KEY], may_have_attention(problem.model.proto)))
     varied = sorted({k for w in wanted for k in w})
     extra = be.quantized_settings
     out, seen = [], set()
@@ -109,8 +110,8 @@ def measure_variants(problem: Problem, setups: list[dict], evaluator: Evaluator,
             builds += 1
             try:
                 got = evaluator.accuracy(s["config"], TIMING, baseline=fp32)
-                rows[key] = {"metrics": got["metrics"], "ratio": got["ratio"], "ms": got["median_ms"],
-                             "fp32_ms": got["baseline_ms"]}
+                rows[key] = {"metrics": got["metrics"], "ratio": got["ratio"], "ratio_ci": got["ratio_ci"],
+                             "ms": got["median_ms"], "fp32_ms": got["baseline_ms"]}
             except TrialFailure as exc:
                 rows[key] = {"failed": str(exc)}
             cache.write_json(name, stored)
@@ -128,7 +129,7 @@ def _row(stored: dict, problem: Problem, metric: str) -> dict:
         return dict(stored)
     metrics = stored["metrics"]
     return {"error": float(metrics[metric]), "feasible": problem.requirement.holds(metrics)} | {
-        k: stored[k] for k in ("ratio", "ms", "fp32_ms")}
+        k: stored[k] for k in ("ratio", "ratio_ci", "ms", "fp32_ms") if k in stored}
 
 
 def choose(rows: list[dict], slower: float = CLEARLY_SLOWER) -> int | None:

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import UserError
-from ..inputs.model import ModelFile
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # names for annotations only: a process that only times an engine imports no onnx
+    from ..inputs.model import ModelFile
     from ..inputs.space import Param
 
 Batch = dict[str, np.ndarray]
@@ -142,6 +142,14 @@ class Backend(abc.ABC):
         """Told after the engine in ctx.workdir was timed (tuner.execute.evaluate.measure); TensorRT keeps the
         fastest feasible engine's tactics for later trials."""
 
+    def activations(self, model: ModelFile, config: dict, tensors: list[str], batches: list[Batch],
+                    ctx: BuildContext) -> list[dict[str, np.ndarray]] | None:
+        """The values of `tensors` (names of tensors of the model's ONNX graph) as the engine of `config` computes
+        them on each batch: the one-pass sensitivity compares a float run's with an all-quantized one's
+        (tuner.analysis.sensitivity). A tensor the built graph no longer holds is left out. None: this backend
+        cannot say, and layers are ranked by builds instead."""
+        return None
+
     def why_unknown(self, parameter: str) -> str:
         """What is wrong with a parameter knows() refused (one phrase; "" when there is nothing to add)."""
         return ""
@@ -156,17 +164,22 @@ class Backend(abc.ABC):
     def route_variants(self, route: str, attention: bool) -> list[dict]:
         """The accuracy-relevant option sets (config keys; {} = the space's defaults) of a quantizing
         route, each built all-quantized before layers are ranked (tuner.analysis.variants); attention: the model
-        has the scaled dot-product pattern (tuner.inputs.attention). By default one: the space's defaults."""
+        may hold attention (a Softmax and a MatMul: tuner.inputs.attention.may_have_attention), so a
+        transformer's options are worth their builds. By default one: the space's defaults."""
         return [{}]
 
 
 # The backends this package brings: name -> (module, class, the pip extra or package that brings its library).
 _BUILT_IN: dict[str, tuple[str, str, str]] = {
-    "onnxruntime": ("tuner.backends.onnxruntime", "OnnxRuntimeBackend", "onnxruntime"),
+    "onnxruntime": ("tuner.backends.onnxruntime.backend", "OnnxRuntimeBackend", "onnxruntime"),
     "onnxruntime-gpu": ("tuner.backends.onnxruntime_gpu", "OnnxRuntimeGpuBackend", "onnxruntime-gpu"),
     "tensorrt": ("tuner.backends.tensorrt.backend", "TensorRTBackend", "engine-tuner[tensorrt]"),
-    "openvino": ("tuner.backends.openvino", "OpenVinoBackend", "engine-tuner[openvino]"),
+    "openvino": ("tuner.backends.openvino.backend", "OpenVinoBackend", "engine-tuner[openvino]"),
 }
+# What a process that only times a saved engine imports to load it (tuner.execute.engine_process): the runtime
+# and the engine's loader, none of the builders; a backend without one is loaded through its Backend.load.
+_RUNNERS: dict[str, str] = {"onnxruntime": "tuner.backends.onnxruntime.runner",
+                            "openvino": "tuner.backends.openvino.runner"}
 # Other distributions add backends through this entry point group, without editing this package:
 #   [project.entry-points."engine_tuner.backends"]
 #   mybackend = "my_package.backend:MyBackend"      # a subclass of tuner.backends.base.Backend
@@ -208,6 +221,14 @@ def get_backend(name: str) -> Backend:
         raise UserError(f"backend {name}: {module}.{cls} is not a tuner.backends.base.Backend; "
                         "subclass it (its abstract methods are what the tuner needs)")
     return backend
+
+
+def load_for_timing(name: str, engine_dir: str) -> Engine:
+    """The saved engine in engine_dir, loaded to be timed: by the backend's runner module where it has one (its
+    runtime alone: a fresh process starts in a fraction of a second), else by Backend.load."""
+    if name in _RUNNERS:
+        return importlib.import_module(_RUNNERS[name]).load(engine_dir)
+    return get_backend(name).load(engine_dir)
 
 
 def _inside_tuner(exc: ImportError) -> bool:

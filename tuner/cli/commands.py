@@ -8,12 +8,13 @@ import shutil
 import sys
 
 from ..analysis.quantizing import quantizing_override, route_config
-from ..analysis.sensitivity import analyze, greedy_float_set
+from ..analysis.sensitivity import float_set, sensitivity_table
 from ..analysis.variants import carried_settings, choose, measure_variants, variant_setups
 from ..api import study_problem
 from ..errors import UserError
 from ..execute.isolate import TrialFailure
 from ..execute.jobs import Evaluator
+from ..inputs.attention import attention_softmaxes, may_have_attention
 from ..inputs.configs import layer_candidates, parse_set
 from ..inputs.model import input_specs, load_model
 from ..inputs.space import group_pattern_problem, load_space
@@ -24,7 +25,7 @@ from ..problem.spec import config_from_sets, load_problem, print_notes
 from ..report.charts import sensitivity_figure
 from ..report.html import write_report
 from ..report.progress import progress_printer
-from ..report.sensitivity_table import write_table
+from ..report.sensitivity_table import sensitivity_columns, write_table
 from ..report.status import status_lines, studies_rows
 from ..report.variants import variant_lines
 from ..report.view import StudyView
@@ -58,6 +59,10 @@ def cmd_space(args) -> int:
         fix = (f"; give --shape {spec.name}=" + "x".join(str(d) if isinstance(d, int) else "N" for d in spec.shape)
                if spec.is_dynamic else "")
         print(f"  {spec.name:28s} {str(spec.dtype):11s} [{dims}]{fix}")
+    softmaxes = attention_softmaxes(model.graph)
+    if softmaxes or may_have_attention(model):  # what the route variants of a transformer are built for
+        print(f"attention: {len(softmaxes)} Softmax in the scaled dot-product pattern" if softmaxes else
+              "attention: a Softmax and a MatMul, in no pattern known here; the transformer variants are built anyway")
     print(f"space {space.name} ({space.path}), backend{'s' if len(space.backends) > 1 else ''} {', '.join(space.backends)}")
     for p in space.params:
         rng = p.choices if p.choices is not None else f"[{p.low}, {p.high}]"
@@ -120,7 +125,8 @@ def _tune_options(args) -> TuneOptions:
         stop_after_no_improvement=args.stop_after_no_improvement, top_k=args.top_k, select=not args.no_select,
         quiet=args.quiet, keep_engines=args.keep_engines, engines_dir=args.engines_dir,
         protocol=LatencyProtocol(max_seconds=args.max_timing_s) if args.max_timing_s else None, timing=args.timing,
-        when_busy=args.when_busy, sensitivity_budget=args.sensitivity_budget, warm_start=args.warm_start)
+        when_busy=args.when_busy, sensitivity_budget=args.sensitivity_budget,
+        sensitivity_method=args.sensitivity_method, warm_start=args.warm_start)
 
 
 def cmd_tune(args) -> int:
@@ -277,20 +283,22 @@ def cmd_sensitivity(args) -> int:
         rows, known = None, None
         if not args.no_variants:
             route, known, rows = _sensitivity_variant(problem, route, override, values, evaluator, progress)
-        table = analyze(problem, route, override, evaluator, progress, args.budget or None, known)
+        table = sensitivity_table(problem, route, override, evaluator, args.method, progress, args.budget or None, known)
         if rows is not None:
             table = table | {"variants": rows}
-        print(f"\rsensitivity of {' '.join(route[k] for k in ('backend', 'precision') if k in route)} ({table['metric']}), "
-              f"{len(table['entries'])} candidates, "
-              f"everything quantized: {table['error_all_quantized']:.4g}{' (cached)' if table['cached'] else ''}"
-              + ("; ranked for the chosen variant" if rows else ""))
-        print(f"{'rank':>4s}  {'candidate':40s} {'only it quantized':>17s} {'all but it':>11s} "
-              f"{'fp32 share':>10s} {'gain ms':>8s}")
+        everything = table["error_all_quantized"] if table["error_all_quantized"] is not None else (known or {}).get(
+            "error_all_quantized")
+        print(f"\rsensitivity of {' '.join(route[k] for k in ('backend', 'precision') if k in route)} ({table['metric']}, "
+              f"method {table['method']}), {len(table['entries'])} candidates"
+              + (f", everything quantized: {everything:.4g}" if everything is not None else "")
+              + (" (cached)" if table["cached"] else "") + ("; ranked for the chosen variant" if rows else ""))
+        only, all_but = sensitivity_columns(table["method"])
+        print(f"{'rank':>4s}  {'candidate':40s} {only:>17s} {all_but:>11s} {'fp32 share':>10s} {'gain ms':>8s}")
         for i, e in enumerate(table["entries"][: args.limit], 1):
             print(f"{i:4d}  {e['name'][:40]:40s} {e['error_only']:17.4g} {e['error_all_but']:11.4g} "
                   f"{100 * e['latency_share']:9.1f}% {e['gain_ms']:8.2f}")
         if args.greedy:
-            kept, builds = greedy_float_set(problem, route, table, evaluator, progress)
+            kept, builds = float_set(problem, route, table, evaluator, progress)
             print("\rgreedy float set: " + (f"{kept} ({builds} builds)" if kept is not None else
                                             f"none: the requirement fails even with every candidate in float ({builds} builds)"))
     prefix = args.out or f"sensitivity-{os.path.splitext(os.path.basename(args.model))[0]}"

@@ -11,7 +11,7 @@ import threading
 from .. import __version__
 from ..backends.tensorrt.cli import add_routes_parser
 from ..errors import Terminated, UserError
-from ..search.choices import SAMPLERS, TRIAL_SORTS, WHEN_BUSY, Objectives, Timing, values
+from ..search.choices import SAMPLERS, SENSITIVITY_METHODS, TRIAL_SORTS, WHEN_BUSY, Objectives, Timing, values
 
 
 def parse_duration(text: str) -> float:
@@ -146,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="write the demo model, tune it, select and export the winner, write the report")
     p.add_argument("--dir", default="tuner-demo", help="where the model, study and winner go (default tuner-demo)")
     p.add_argument("--n-trials", type=_positive_int, default=30, help="trials (default 30, a few minutes on 2 cores)")
-    p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
+    p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial; what the builds print "
+                   "(NNCF's and ONNX Runtime's warnings) goes to the study's trials log (default: live on a terminal)")
     p.set_defaults(run="cmd_demo")
     _add_analysis_parsers(sub)
     add_routes_parser(sub)  # provided by the TensorRT backend
@@ -204,12 +205,16 @@ def _add_tune_parser(sub) -> None:
     p.add_argument("--sensitivity-budget", type=_non_negative_int, default=150, metavar="BUILDS",
                    help="cap on the builds of the per-layer sensitivity analysis (default 150; 0: no cap): above it, "
                         "layer groups are ranked first, then the layers inside the groups that matter")
+    p.add_argument("--sensitivity-method", choices=SENSITIVITY_METHODS, default="activations",
+                   help="how layers are ranked: activations (default: one float and one all-quantized run, each layer's "
+                        "output compared, then a few builds confirm the float set) or builds (two builds per layer)")
     p.add_argument("--keep-engines", action="store_true",
                    help="keep every trial's engine on disk and in the artifact store, and every selection's "
                         "(default: only the last selection's finalists, as timed, are kept, in the artifact store)")
     p.add_argument("--engines-dir", help="where trial engines are built (default next to the study database)")
     _add_artifacts(p)
-    p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
+    p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial; what the builds print "
+                   "(NNCF's and ONNX Runtime's warnings) goes to the study's trials log (default: live on a terminal)")
     _add_allow_metric(p)
     p.set_defaults(run="cmd_tune")
 
@@ -260,6 +265,9 @@ def _add_analysis_parsers(sub) -> None:
                    help="route option, e.g. dyn_per_channel=true (repeatable; default: the route's defaults)")
     p.add_argument("--groups", metavar="PATTERN", help="rank groups of nodes by a regex with one capture group, e.g. "
                                                        "'^(block\\d+)/' (default: one candidate per node)")
+    p.add_argument("--method", choices=SENSITIVITY_METHODS, default="activations",
+                   help="activations (default: one float and one all-quantized run, each layer's output compared) or "
+                        "builds (two builds per layer: only it quantized, all but it)")
     p.add_argument("--greedy", action="store_true",
                    help="also run the greedy pass: the smallest float set that meets --require (default: ranking only)")
     p.add_argument("--no-variants", action="store_true",
@@ -306,7 +314,8 @@ def _add_cluster_parsers(sub) -> None:
                    help="keep every trial's engine on this host's disk, in tuner-engines/STUDY-HOST-PID/trial-N, "
                         "where a `tuner select` on this host uploads them to the study's artifact store "
                         "(default: each deleted once timed)")
-    p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial (default: live on a terminal)")
+    p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial; what the builds print "
+                   "(NNCF's and ONNX Runtime's warnings) goes to the study's trials log (default: live on a terminal)")
     _add_allow_metric(p)
     p.set_defaults(run="cmd_worker")
     p = sub.add_parser("migrate", help="copy studies between storages, e.g. a SQLite file to PostgreSQL")

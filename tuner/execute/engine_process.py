@@ -20,7 +20,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..backends.base import Batch, get_backend
+from ..backends.base import Batch, load_for_timing
 from ..measure.paired import run_block
 from .isolate import TrialFailure
 from .orphans import end_with_parent
@@ -125,7 +125,7 @@ def _serve(conn: Connection) -> None:
             try:
                 if message[0] == "load":
                     _, backend, engine_dir, batch = message
-                    engine = get_backend(backend).load(engine_dir)
+                    engine = load_for_timing(backend, engine_dir)
                     call = engine.timed_call(batch)
                     reply: Any = os.getpid()
                 elif message[0] == "runtimes":

@@ -6,9 +6,12 @@ calibration, an OOM kill) fails one job and never the tuning process.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..backends.base import Backend, BuildContext, Engine, engine_precision, get_backend
 from ..inputs.ref_outputs import check_against_engine
@@ -39,14 +42,20 @@ def ensure_reference(problem: Problem) -> list:
     return problem.refs
 
 
+def build_context(problem: Problem, workdir: str, on_phase: Phase = no_phase, study: str = "",
+                  side_by_side: bool = False) -> BuildContext:
+    """What a build of this problem may use, its artifacts going into workdir (created here)."""
+    os.makedirs(workdir, exist_ok=True)
+    return BuildContext(workdir, problem.shapes, problem.calib, problem.calib_key, cache.cache_dir(), on_phase,
+                        side_by_side, study)
+
+
 def build(problem: Problem, config: dict, workdir: str, on_phase: Phase = no_phase,
           side_by_side: bool = False, study: str = "") -> tuple[Engine, Backend, float]:
     """Build and load the engine of `config` into workdir; returns (engine, its backend, build seconds).
     study: the study whose trials share the backend's compile caches ("" outside a study)."""
     backend = backend_of(problem, config)
-    os.makedirs(workdir, exist_ok=True)
-    ctx = BuildContext(workdir, problem.shapes, problem.calib, problem.calib_key, cache.cache_dir(), on_phase,
-                       side_by_side, study)
+    ctx = build_context(problem, workdir, on_phase, study, side_by_side)
     t0 = time.perf_counter()
     engine = backend.build(problem.model, config, ctx)
     return engine, backend, time.perf_counter() - t0
@@ -138,3 +147,28 @@ def tell_backend(problem: Problem, built: Built, median_ms: float, feasible: boo
         problem.model, BuildContext(built.engine_dir, problem.shapes, cache_dir=cache.cache_dir(), study=study),
         median_ms, feasible)
 
+
+def activation_errors(problem: Problem, float_config: dict, quantized_config: dict, tensors: list[str],
+                      on_phase: Phase = no_phase, study: str = "") -> dict[str, float] | None:
+    """Each of `tensors` (ONNX tensor names) in the quantized engine's run against the float engine's, over the
+    validation batches: relative L2 error, ||q - f|| / ||f||. One run of each, the way ONNX Runtime's
+    qdq_loss_debug compares activations. None where the backend cannot give activations; a tensor either
+    run lacks is left out."""
+    backend = backend_of(problem, quantized_config)
+    runs = []
+    for name, config in (("float", float_config), ("quantized", quantized_config)):
+        with tempfile.TemporaryDirectory(prefix=f"tuner-activations-{name}-") as work:
+            on_phase(f"activations of the {name} engine")
+            got = backend.activations(problem.model, config, tensors, problem.batches, build_context(problem, work, on_phase,
+                                                                                                  study))
+        if got is None:
+            return None
+        runs.append(got)
+    out = {}
+    for t in tensors:
+        pairs = [(f[t], q[t]) for f, q in zip(*runs) if t in f and t in q and f[t].shape == q[t].shape]
+        if pairs:
+            diff = sum(float(np.sum((q.astype(np.float64) - f) ** 2)) for f, q in pairs)
+            norm = sum(float(np.sum(f.astype(np.float64) ** 2)) for f, _ in pairs)
+            out[t] = float(np.sqrt(diff / norm)) if norm > 0 else float(np.sqrt(diff) > 0)
+    return out

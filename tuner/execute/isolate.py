@@ -23,7 +23,7 @@ _CTX = None
 # through tuner.execute.jobs), the forkserver, i.e. the child's parent even if that died before the child looked.
 _IMPORTED_IN = os.getpid()
 # Preloaded into the forkserver (a backend whose library is missing is skipped there).
-PRELOAD = ["tuner.execute.jobs", "tuner.backends.onnxruntime", "tuner.backends.openvino"]
+PRELOAD = ["tuner.execute.jobs", "tuner.backends.onnxruntime.backend", "tuner.backends.openvino.backend"]
 
 
 class TrialFailure(Exception):
@@ -44,15 +44,23 @@ def _context():
     return _CTX
 
 
-def _quiet_child() -> None:
-    """Quantization tools print progress and warn through the root logger: keep the parent's output clean."""
+def _quiet_child(log_path: str | None = None) -> None:
+    """Quantization tools print progress and warn through the root logger: keep the parent's output clean.
+    With log_path, what the child writes to stderr (NNCF's numpy warnings, ONNX Runtime's own lines) goes to
+    that file, the study's trials log, instead of the terminal: --quiet means quiet."""
     import logging
-    import os
 
     logging.getLogger().setLevel(logging.ERROR)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.close(devnull)
+    if log_path:
+        try:
+            log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError:
+            return  # a log that cannot be written: the terminal keeps the lines
+        os.dup2(log, 2)
+        os.close(log)
 
 
 def _reason(exc: BaseException) -> str:
@@ -78,7 +86,7 @@ def _leave_the_forkserver_alive_pipe() -> None:
     server._forkserver_alive_fd = None
 
 
-def _serve(conn) -> None:
+def _serve(conn, log_path: str | None = None) -> None:
     """The child: run jobs from the pipe until it closes."""
     # It never outlives its forkserver (whose main thread, the one that forks, lives as long as it does),
     # which never outlives the process that runs the jobs.
@@ -86,7 +94,7 @@ def _serve(conn) -> None:
     _leave_the_forkserver_alive_pipe()
     # Ctrl-C reaches the whole process group: the parent fails the job and ends this child.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _quiet_child()
+    _quiet_child(log_path)
 
     def on_phase(name: str) -> None:
         conn.send(("phase", name))
@@ -119,10 +127,13 @@ def _signal_name(n: int) -> str:
 class IsolatedRunner:
     """Calls fn(on_phase=..., **kwargs) in a child; returns its result or raises TrialFailure."""
 
-    def __init__(self, persistent: bool = False, on_phase: Callable[[str], None] | None = None):
-        """on_phase: told each phase the child reports, as it comes (tuner.store.locks.TimingLockWaits)."""
+    def __init__(self, persistent: bool = False, on_phase: Callable[[str], None] | None = None,
+                 log_path: str | None = None):
+        """on_phase: told each phase the child reports, as it comes (tuner.store.locks.TimingLockWaits).
+        log_path: where the child's stderr goes (the study's trials log); None: the terminal."""
         self.persistent = persistent
         self.on_phase = on_phase
+        self.log_path = log_path
         self._proc = None
         self._conn = None
 
@@ -142,7 +153,7 @@ class IsolatedRunner:
     def _start(self) -> None:
         ctx = _context()
         self._conn, child = ctx.Pipe(duplex=True)
-        self._proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self._proc = ctx.Process(target=_serve, args=(child, self.log_path), daemon=True)
         self._proc.start()
         child.close()
 

@@ -10,6 +10,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -26,6 +27,7 @@ from .engine_process import EngineProcess
 from .evaluate import (
     Built,
     Phase,
+    activation_errors,
     backend_of,
     build,
     build_checked,
@@ -46,6 +48,11 @@ from .timing import (
     time_alone,
     time_side_by_side,
 )
+
+
+class OutOfTime(Exception):
+    """The evaluator's deadline passed: no job starts (the study's --timeout, during its analysis)."""
+
 
 _LOADED: dict[str, Problem] = {}  # a persistent child keeps its problem (model, data, reference) loaded
 
@@ -111,13 +118,20 @@ def accuracy_job(spec: dict, cache_dir: str, config: dict, protocol: dict | None
                                                                LatencyProtocol(**protocol))
                 finally:
                     base.close()
-            out |= {"median_ms": cand.median_ms, "baseline_ms": base_stats.median_ms, "ratio": rel.ratio}
+            out |= {"median_ms": cand.median_ms, "baseline_ms": base_stats.median_ms, "ratio": rel.ratio,
+                    "ratio_ci": [rel.ci_low, rel.ci_high]}
         elif protocol:
             with timing_lock(backend.device, on_phase, study, "an analysis"):
                 on_phase("timing")
                 out["median_ms"] = measure_latency(engine.timed_call(problem.batches[0]),
                                                    LatencyProtocol(**protocol)).median_ms
     return out
+
+
+def activations_job(spec: dict, cache_dir: str, float_config: dict, quantized_config: dict, tensors: list[str],
+                    on_phase: Phase = no_phase, study: str = "") -> dict[str, float] | None:
+    """The one-pass sensitivity's measurement: each tensor's relative error, quantized against float."""
+    return activation_errors(loaded_problem(spec, cache_dir), float_config, quantized_config, tensors, on_phase, study)
 
 
 def node_times_job(spec: dict, cache_dir: str, backend: str, on_phase: Phase = no_phase,
@@ -238,9 +252,13 @@ class Evaluator:
     engine is built once and its process serves several trials."""
 
     def __init__(self, spec: ProblemSpec | dict, timeout_s: float = 600.0, protocol: LatencyProtocol | None = None,
-                 persistent: bool = False, baseline: dict | None = None, when_busy: str = "warn", study: str = ""):
+                 persistent: bool = False, baseline: dict | None = None, when_busy: str = "warn", study: str = "",
+                 deadline: float | None = None, clock: Callable[[], float] = time.monotonic,
+                 log_path: str | None = None):
         """baseline: the config every measured candidate is timed against (paired timing); None: alone.
-        study: the study's name, for backends that keep study-wide state (TensorRT's timing cache)."""
+        study: the study's name, for backends that keep study-wide state (TensorRT's timing cache).
+        deadline: clock() past which no job starts (OutOfTime): the study's --timeout bounds its analysis.
+        log_path: where the children's own output goes (the study's trials log); None: the terminal."""
         self.spec = asdict(spec) if isinstance(spec, ProblemSpec) else dict(spec)
         self.study = study
         self.timeout_s = timeout_s
@@ -248,12 +266,15 @@ class Evaluator:
         self.baseline = baseline
         self.when_busy = when_busy
         self.lock_waits = TimingLockWaits(study)  # says when another study holds the timing lock
-        self._runner = IsolatedRunner(persistent, on_phase=self.lock_waits.on_phase)
+        self._runner = IsolatedRunner(persistent, on_phase=self.lock_waits.on_phase, log_path=log_path)
+        self.deadline, self._clock = deadline, clock
         self._batch: dict | None = None
         self._base: BaselineProcess | None = None
         self._base_dir: str | None = None
 
     def _call(self, fn: Callable, **kwargs) -> Any:
+        if self.deadline is not None and self._clock() >= self.deadline:
+            raise OutOfTime("the study's --timeout ran out")
         return self._runner.call(fn, {"spec": self.spec, "cache_dir": cache.cache_dir(), "study": self.study, **kwargs},
                                  self.timeout_s)
 
@@ -291,6 +312,10 @@ class Evaluator:
     def accuracy(self, config: dict, timing: LatencyProtocol | None = None, baseline: dict | None = None) -> dict:
         """Metrics of one build; with timing its quick latency, against `baseline` in turn where given."""
         return self._call(accuracy_job, config=config, protocol=asdict(timing) if timing else None, baseline=baseline)
+
+    def activation_errors(self, float_config: dict, quantized_config: dict, tensors: list[str]) -> dict[str, float] | None:
+        """Each tensor's relative error in one quantized run against one float run; None: the backend cannot say."""
+        return self._call(activations_job, float_config=float_config, quantized_config=quantized_config, tensors=tensors)
 
     def node_times(self, backend: str) -> dict[str, float]:
         return self._call(node_times_job, backend=backend)

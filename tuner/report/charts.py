@@ -11,7 +11,8 @@ import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
-from ..search.trials import is_feasible
+from ..search.trials import is_feasible, runtime_defaults_trials
+from .as_run import runtime_name
 from .view import (
     NEAR_FRONT_RANKS,
     StudyView,
@@ -256,7 +257,8 @@ def _zero_line_ticks(floor: float, top: float) -> dict:
 
 
 def history_figure(study) -> go.Figure:
-    """Best feasible latency so far, against trial number (left) and wall time since the first trial (right)."""
+    """Best feasible latency so far, against trial number (left) and wall time since the first trial (right: the
+    anytime figure, the analysis a gap after each runtime's defaults), with each runtime's defaults as lines."""
     view = StudyView.of(study)
     title = "Optimization history: best feasible latency"
     done = sorted(view.complete, key=lambda t: t.number)
@@ -294,6 +296,10 @@ def history_figure(study) -> go.Figure:
     if base is not None:
         fig.add_hline(y=view.latency(base), line_dash="dash", line_color="gray",
                       annotation_text=f"baseline {view.latency_text(base)}", annotation_position="top right")
+    for t in runtime_defaults_trials(done):  # what a user gets from each other runtime as it comes
+        name = runtime_name(str((t.user_attrs.get("config") or {}).get("backend", "")))
+        fig.add_hline(y=view.latency(t), line_dash="dot", line_color="#2ca02c",
+                      annotation_text=f"{name}'s defaults {view.latency_text(t)}", annotation_position="bottom right")
     fig.update_xaxes(title_text="trial number", row=1, col=1)
     fig.update_xaxes(title_text="minutes since the first trial started", row=1, col=2)
     fig.update_yaxes(title_text=view.latency_label, row=1, col=1, type=latency_scale([view.latency(t) for t in done]))
@@ -380,16 +386,19 @@ def sensitivity_figure(table: dict) -> go.Figure:
     of fp32 time, most sensitive first."""
     entries = table["entries"]
     names = [e["name"] for e in entries]
+    title = (f"{table['metric']} error, only this candidate quantized" if table.get("method", "builds") == "builds"
+             else "relative error its quantization adds to its output")
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
-                        subplot_titles=(f"{table['metric']} error, only this candidate quantized", "share of fp32 node time"))
+                        subplot_titles=(title, "share of fp32 node time"))
     fig.add_trace(go.Bar(y=names, x=[max(e["error_only"], 1e-12) for e in entries], orientation="h",
                          name="error", marker_color="#d62728"), row=1, col=1)
     fig.add_trace(go.Bar(y=names, x=[e["latency_share"] for e in entries], orientation="h", name="time share",
                          marker_color="#1f77b4"), row=1, col=2)
     fig.update_xaxes(type="log", row=1, col=1)
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title=f"Sensitivity of {table['route'].get('precision')} "
-                            f"(everything quantized: {table['error_all_quantized']:.3g})",
+    everything = table.get("error_all_quantized")
+    fig.update_layout(title=f"Sensitivity of {table['route'].get('precision')}"
+                            + (f" (everything quantized: {everything:.3g})" if everything is not None else ""),
                       height=max(320, 18 * len(names) + 120), showlegend=False)
     return fig
 

@@ -10,6 +10,7 @@ import plotly
 
 from ..errors import UserError
 from .charts import figures, note_of
+from .sensitivity_table import sensitivity_columns
 from .view import StudyView, sensitivity_rows, summary_rows
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
@@ -31,12 +32,15 @@ def _sensitivity_sections(view) -> list[str]:
     """The study's per-layer sensitivity tables: the layers the greedy pass keeps in float first (above the
     line), then the rest by sensitivity."""
     parts = []
-    for route, entries, cut in sensitivity_rows(view):
+    for route, entries, cut, method in sensitivity_rows(view):
+        only, all_but = sensitivity_columns(method)
+        what = (f"error ({html.escape(view.primary_metric)}) with only this candidate quantized, and with all but it"
+                if method == "builds" else "the relative error its own quantization adds to its output, and its "
+                "output's relative error with every layer quantized (one float and one all-quantized run)")
         parts.append(f"<section id='sensitivity'><h2>Per-layer sensitivity: {html.escape(route)}</h2>"
-                     f"<p class='meta'>{cut} kept in float by the greedy pass (first rows); error "
-                     f"({html.escape(view.primary_metric)}) with only this candidate quantized, and with all but it; "
-                     "its share of the fp32 engine's node time</p><table class='summary'>"
-                     "<tr><td>candidate</td><td>only it quantized</td><td>all but it</td><td>fp32 share</td></tr>")
+                     f"<p class='meta'>{cut} kept in float, confirmed by builds (first rows); {what}; its share of the "
+                     "fp32 engine's node time</p><table class='summary'>"
+                     f"<tr><td>candidate</td><td>{only}</td><td>{all_but}</td><td>fp32 share</td></tr>")
         for i, e in enumerate(entries[:SENSITIVITY_ROWS]):
             mark = " style='border-bottom:2px solid #d62728'" if i == cut - 1 else ""
             parts.append(f"<tr{mark}><td>{html.escape(e['name'])}</td><td>{e['error_only']:.4g}</td>"

@@ -62,14 +62,15 @@ class TrialProgress:
     """An Optuna callback that reports each finished trial. Use as a context manager."""
 
     def __init__(self, n_trials: int | None, timeout: float | None, live: bool, quiet: bool = False,
-                 clock: Callable[[], float] = time.monotonic, log_path: str | None = None, jobs: int = 1):
+                 clock: Callable[[], float] = time.monotonic, log_path: str | None = None, jobs: int = 1,
+                 done: int = 0):
         """live: a rich display when stderr is a terminal; quiet (or no terminal): log lines. clock: what the
         elapsed time and the ETA are read from (a test passes its own). log_path: a file that gets every
         trial's full line (appended). jobs: workers in parallel (their waits for another study's timing
-        overlap)."""
+        overlap). done: trials this run finished before (the defaults, before the analysis)."""
         self.n_trials, self.timeout = n_trials, timeout
         self.live = live and not quiet and sys.stderr.isatty()
-        self.done = 0
+        self.done = self._done_before = done
         self.waited = 0.0  # seconds the trials waited for another study's timing: not part of the ETA
         self.jobs = max(1, jobs)
         self.log_path = log_path
@@ -88,7 +89,8 @@ class TrialProgress:
                                       TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.description}"),
                                       transient=False)
             self._progress.start()
-            self._task = self._progress.add_task("starting (trial 0 is the baseline)", total=self.n_trials)
+            self._task = self._progress.add_task("starting (trial 0 is the baseline)", total=self.n_trials,
+                                                 completed=self.done)
         return self
 
     def __exit__(self, *exc):
@@ -124,7 +126,7 @@ class TrialProgress:
         elapsed = self._clock() - self.start
         if self.n_trials:
             elapsed = max(elapsed - self.waited / self.jobs, 0.0)  # another study's timing is not this one's pace
-            return _fmt_s(elapsed / max(self.done, 1) * (self.n_trials - self.done))
+            return _fmt_s(elapsed / max(self.done - self._done_before, 1) * (self.n_trials - self.done))
         if self.timeout:
             return _fmt_s(max(0.0, self.timeout - elapsed))
         return "?"

@@ -221,8 +221,8 @@ def _fmt_s(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
-def sensitivity_rows(study) -> list[tuple[str, list[dict], int]]:
-    """Per ranked override: (its route, its sensitivity table, most sensitive first, the greedy cut)."""
+def sensitivity_rows(study) -> list[tuple[str, list[dict], int, str]]:
+    """Per ranked override: (its route, its sensitivity table, most sensitive first, the greedy cut, its method)."""
     view = StudyView.of(study)
     out = []
     for ranking in (view.settings.rankings or {}).values():
@@ -230,7 +230,8 @@ def sensitivity_rows(study) -> list[tuple[str, list[dict], int]]:
             route = " ".join(str(v) for k, v in (ranking.get("route") or {}).items() if k in ("backend", "precision"))
             by_name = {e["name"]: e for e in ranking["entries"]}
             ordered = [by_name[n] for n in ranking.get("order", []) if n in by_name]  # greedy set first
-            out.append((route, ordered or ranking["entries"], int(ranking.get("cut") or 0)))
+            out.append((route, ordered or ranking["entries"], int(ranking.get("cut") or 0),
+                        ranking.get("method") or "builds"))
     return out
 
 

@@ -28,7 +28,7 @@ from ..search.study import StudyContext
 from ..search.trials import is_feasible, speed_key
 from .claims import TrialClaims, worker_name
 from .join import join_study
-from .options import TuneOptions, engines_dir
+from .options import TuneOptions, engines_dir, trials_log
 
 _SPAWN = mp.get_context("spawn")  # never fork a process that may hold ONNX Runtime threads
 
@@ -79,21 +79,27 @@ class StopAfterNoImprovement:
             self._stop()
 
 
-def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: list, claims=None) -> None:
+def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: list, claims=None,
+               most: int | None = None) -> None:
     """One trial per optimize call, each claimed from the budget first (heartbeats need optimize),
-    then from the study-wide budget under a database lock (run.claims.TrialClaims)."""
+    then from the study-wide budget under a database lock (run.claims.TrialClaims). most: at most this many
+    trials in this call (tune's first phase: the runtimes' defaults, before the analysis)."""
     paired = ctx.settings.paired
     # One child process for the trials of this worker, kept while they succeed: it loads the problem once
     # (the parent's checked spec: no checker, no hash again) instead of once per trial; a trial that
     # crashes or hangs still fails alone, and the next one starts a fresh child.
+    engines = engines_dir(ctx.study.study_name, ctx.url, opts.engines_dir)
     evaluator = Evaluator(ctx.problem.spec, opts.trial_timeout, opts.protocol, persistent=True, study=ctx.study.study_name,
-                          baseline=baseline_config(ctx) if paired else None, when_busy=opts.when_busy)
-    objective = Objective(ctx, evaluator, engines_dir(ctx.study.study_name, ctx.url, opts.engines_dir), opts.keep_engines,
+                          baseline=baseline_config(ctx) if paired else None, when_busy=opts.when_busy,
+                          log_path=trials_log(ctx.study.study_name, engines) if opts.quiet else None)
+    objective = Objective(ctx, evaluator, engines, opts.keep_engines,
                           trial_attrs={WORKER: worker_name()})
     claims = claims or TrialClaims(ctx, budget)
     exhausted = getattr(ctx.study.sampler, "is_exhausted", None)  # the grid sampler's end
+    ran = 0
     try:
-        while budget.take() and claims.acquire():
+        while (most is None or ran < most) and budget.take() and claims.acquire():
+            ran += 1
             try:
                 ctx.study.optimize(claims.wrap(objective), n_trials=1, catch=(TrialFailure,), callbacks=callbacks,
                                    gc_after_trial=False)

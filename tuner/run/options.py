@@ -48,6 +48,7 @@ class TuneOptions:
     when_busy: str = "warn"  # wait: hold a timing back while other processes keep the machine busy
     warm_start: str | None = None  # OTHER[@URL]: begin with another study's best configs (and ranking)
     sensitivity_budget: int | None = DEFAULT_BUDGET  # builds of the per-layer analysis; None or 0: no cap
+    sensitivity_method: str = "activations"  # how layers are ranked: search.choices.SENSITIVITY_METHODS
 
     @property
     def storage_url(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 
 from ..analysis.rankings import ranking_notes, study_rankings
@@ -27,7 +28,7 @@ from ..search.settings import (
 from ..search.study import StudyAppeared, StudyContext, create_or_resume, load_existing, stored_settings, wait_for_settings
 from ..store.storage import check_study_name, holds_no_study, local_path, open_storage
 from .join import this_machine
-from .options import TuneOptions
+from .options import TuneOptions, engines_dir, trials_log
 from .warm import warm_start
 
 
@@ -35,18 +36,20 @@ def backend_devices_of(space) -> list[str]:
     return [get_backend(name).device for name in space.backends]
 
 
-def open_study(opts: TuneOptions) -> StudyContext:
+def open_study(opts: TuneOptions, defer_analysis: bool = False) -> StudyContext:
+    """The study of `opts`, created or resumed; with defer_analysis its layer ranking is left for
+    analyze_study (tune runs the runtimes' defaults first)."""
     check_study_name(opts.study)
     path = local_path(opts.storage_url)
     fresh = path is not None and not os.path.exists(path)
     parent = os.path.dirname(path) if path else ""
     new_parent = bool(parent) and not os.path.exists(parent)
     try:
-        return _open_study(opts)
+        return _open_study(opts, defer_analysis=defer_analysis)
     except StudyAppeared as appeared:  # another `tuner tune` made it meanwhile: join it, as `--jobs` workers do
         print(f"note: study {opts.study!r} was created by another process a moment ago: joining it", file=sys.stderr)
         wait_for_settings(opts.study, appeared.storage)
-        return _open_study(opts, joined=True)  # its file is the other process's now: no clean-up on refusal
+        return _open_study(opts, joined=True, defer_analysis=defer_analysis)  # the other process's file: no clean-up
     except UserError:
         if fresh and holds_no_study(path):  # another process may have made a study in it meanwhile
             for leftover in (path, f"{path}-wal", f"{path}-shm"):
@@ -58,7 +61,7 @@ def open_study(opts: TuneOptions) -> StudyContext:
         raise
 
 
-def _open_study(opts: TuneOptions, joined: bool = False) -> StudyContext:
+def _open_study(opts: TuneOptions, joined: bool = False, defer_analysis: bool = False) -> StudyContext:
     """joined: a second pass, resuming the study another process created while this one prepared."""
     given = given_settings(**opts.given())
     storage = open_storage(opts.storage_url)
@@ -95,10 +98,38 @@ def _open_study(opts: TuneOptions, joined: bool = False) -> StudyContext:
     # leaves a study that `tuner tune --study NAME` resumes, re-measuring only the build that was in flight
     # (the analysis's builds are cached as they are measured: tuner.analysis.sensitivity, tuner.analysis.variants).
     study, settings = create_or_resume(opts.study, storage, study, settings, problem)
-    if settings.rankings_for != for_now:  # once per space and data
-        settings = replace(settings, rankings_for=for_now, rankings=study_rankings(
-            problem, opts.trial_timeout, opts.quiet, opts.sensitivity_budget or None))
-        print_notes(ranking_notes(settings.rankings))  # a route dropped from the analysis: said once
-        settings = replace(settings, notes=tuple(problem.notes + ranking_notes(settings.rankings)))
-        study, settings = create_or_resume(opts.study, storage, study, settings, problem)  # its sampler knows the ranking
-    return StudyContext(study, settings, problem, opts.storage_url, warm.params if warm is not None else [])
+    ctx = StudyContext(study, settings, problem, opts.storage_url, warm.params if warm is not None else [])
+    return ctx if defer_analysis else analyze_study(ctx, opts)
+
+
+def analysis_due(ctx: StudyContext) -> bool:
+    """The study has no ranking for its space and data yet (once per space and data)."""
+    return ctx.settings.rankings_for != [ctx.settings.space_hash, ctx.problem.data_hash]
+
+
+def analyze_study(ctx: StudyContext, opts: TuneOptions, deadline: float | None = None,
+                  on_ranking: Callable[[StudyContext], None] = lambda ctx: None) -> StudyContext:
+    """Rank the layers of the sensitivity-encoded overrides where the study has no ranking yet. Each ranking is
+    stored as it is made (its study re-created, so its sampler knows it) and handed to on_ranking (tune enqueues
+    its greedy candidate there at once). deadline: time.monotonic() past which no build starts (--timeout)."""
+    if not analysis_due(ctx):
+        return ctx
+    problem, storage = ctx.problem, ctx.study._storage
+    done: dict = {}
+
+    def stored(name: str, ranking: dict) -> None:
+        nonlocal ctx
+        done[name] = ranking
+        settings = replace(ctx.settings, rankings=dict(done), notes=tuple(problem.notes + ranking_notes(done)))
+        study, settings = create_or_resume(opts.study, storage, ctx.study, settings, problem)
+        ctx = replace(ctx, study=study, settings=settings)
+        on_ranking(ctx)
+
+    log = trials_log(opts.study, engines_dir(opts.study, ctx.url, opts.engines_dir)) if opts.quiet else None
+    rankings = study_rankings(problem, opts.trial_timeout, opts.quiet, opts.sensitivity_budget or None,
+                              opts.sensitivity_method, deadline, on_ranking=stored, log_path=log)
+    print_notes(ranking_notes(rankings))  # a route dropped from the analysis: said once
+    settings = replace(ctx.settings, rankings_for=[ctx.settings.space_hash, problem.data_hash], rankings=rankings,
+                       notes=tuple(problem.notes + ranking_notes(rankings)))
+    study, settings = create_or_resume(opts.study, storage, ctx.study, settings, problem)  # its sampler knows the ranking
+    return replace(ctx, study=study, settings=settings)

@@ -5,6 +5,7 @@ import contextlib
 import fcntl
 import os
 import sys
+import time
 from dataclasses import dataclass, replace
 
 import optuna
@@ -12,6 +13,7 @@ from optuna.trial import TrialState
 
 from ..errors import UserError
 from ..execute.isolate import TrialFailure
+from ..execute.timing import ALONE_SECONDS
 from ..inputs.user_paths import check_writable_dir
 from ..measure.requirement import Requirement
 from ..report.as_run import deployed_text, kept_in_float, not_deployed_lines, precision_text, vs_defaults_text
@@ -20,13 +22,22 @@ from ..report.progress import TrialProgress
 from ..search.enqueue import enqueue_initial
 from ..search.record import BASELINE, FAIL_REASON, RETRY_OF
 from ..search.study import StudyContext
-from ..search.trials import baseline_modes, baseline_trial, best_feasible, completed, latency_of, speedup_of, was_busy
+from ..search.trials import (
+    baseline_modes,
+    baseline_trial,
+    best_feasible,
+    completed,
+    is_runtime_defaults,
+    latency_of,
+    speedup_of,
+    was_busy,
+)
 from ..store.storage import local_path
 from ..winner.select import select_winner
 from .claims import store_run_settings
 from .local_workers import Budget, StopAfterNoImprovement, run_parallel, trial_loop
 from .options import TuneOptions, engines_dir, trials_log
-from .prepare import open_study
+from .prepare import analysis_due, analyze_study, open_study
 
 
 @dataclass
@@ -73,20 +84,29 @@ def recover_stale_trials(study: optuna.Study) -> list[int]:
     return [t.number for t in stale]
 
 
-def run_trials(ctx: StudyContext, opts: TuneOptions) -> int:
-    """Run the budget in this process (--jobs 1) or in opts.jobs worker processes; returns trials run."""
-    budget = Budget(opts.n_trials, opts.timeout)
+def run_trials(ctx: StudyContext, opts: TuneOptions, budget: Budget | None = None, most: int | None = None,
+               done: int = 0) -> int:
+    """Run the budget in this process (--jobs 1) or in opts.jobs worker processes; returns trials run. most: at
+    most this many, in this process (the runtimes' defaults before the analysis); done: trials this run made
+    before (the progress counts on from them)."""
+    budget = budget or Budget(opts.n_trials, opts.timeout)
     callbacks = []
     if opts.stop_after_no_improvement:
         callbacks.append(StopAfterNoImprovement(opts.stop_after_no_improvement, budget.stop))
     with TrialProgress(opts.n_trials, opts.timeout, live=opts.progress, quiet=opts.quiet,
-                       log_path=trials_log(opts.study, engines_dir(opts.study, ctx.url)), jobs=opts.jobs) as progress:
-        if opts.jobs > 1:
+                       log_path=trials_log(opts.study, engines_dir(opts.study, ctx.url)), jobs=opts.jobs,
+                       done=done) as progress:
+        if opts.jobs > 1 and most is None:
             for error in run_parallel(ctx, opts, opts.jobs, budget, [progress] + callbacks):
                 print(f"tuner: {error}", file=sys.stderr)
         else:
-            trial_loop(ctx, opts, budget, [progress] + callbacks)
-    return progress.done
+            trial_loop(ctx, opts, budget, [progress] + callbacks, most=most)
+    return progress.done - done
+
+
+def defaults_waiting(study: optuna.Study) -> int:
+    """The queued trials of each runtime's defaults (the baseline and the other backends'), run before the analysis."""
+    return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)) if is_runtime_defaults(t))
 
 
 def capped_jobs(jobs: int, over_cores: bool, cores: int | None = None) -> int:
@@ -115,19 +135,30 @@ def tune_study(opts: TuneOptions) -> TuneResult:
         raise UserError(f"--max-timing-s {opts.protocol.max_seconds}: needs more than 0 seconds")
     if opts.engines_dir:
         check_writable_dir(opts.engines_dir, "--engines-dir")  # else every trial would fail on it
-    ctx = open_study(opts)  # says the problem's notes
+    ctx = open_study(opts, defer_analysis=True)  # says the problem's notes
     opts = replace(opts, jobs=capped_jobs(opts.jobs, opts.jobs_over_cores))
     store_run_settings(ctx.study, opts.max_trials, opts.protocol)  # for `tuner worker` on other hosts
+    budget = Budget(opts.n_trials, opts.timeout)  # the analysis is inside it: --timeout bounds the whole study
+    started = time.monotonic()
     with study_run_lock(ctx.url, opts.study) as alone:
         if alone:
             recover_stale_trials(ctx.study)
         enqueue_initial(ctx, opts.enqueue)
-        ran = run_trials(ctx, opts)
+        ran = 0
+        if analysis_due(ctx):
+            # each runtime's defaults first (the figures every speedup is read against, within the first
+            # minute), then the analysis, whose candidates are queued as each is found, then the search
+            ran = run_trials(ctx, opts, budget, most=defaults_waiting(ctx.study))
+            deadline = None if opts.timeout is None else started + opts.timeout
+            ctx = analyze_study(ctx, opts, deadline, on_ranking=lambda found: enqueue_initial(found, opts.enqueue))
+        ran += run_trials(ctx, opts, budget, done=ran)
     winner = ctx.study.user_attrs.get("winner")
     if opts.select:
+        # the deployment check's processes time no longer than --max-timing-s, where it is shorter
+        alone_s = min(ALONE_SECONDS, opts.protocol.max_seconds) if opts.protocol else ALONE_SECONDS
         try:
             winner = select_winner(ctx.study, ctx.problem, opts.top_k, artifacts=opts.artifacts,
-                                   keep_engines=opts.keep_engines)
+                                   keep_engines=opts.keep_engines, alone_seconds=alone_s)
         except TrialFailure as exc:  # the trials are safe in the study; selection can be run again
             raise UserError(f"selecting the winner failed ({exc}); the study's trials are kept: "
                             f"run `tuner select --study {opts.study}` again") from None

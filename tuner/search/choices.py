@@ -29,6 +29,8 @@ class Objectives(str, Enum):
 SAMPLERS = ("tpe", "nsga2", "gp", "random", "grid", "fast", "full", "mixed")
 TRIAL_SORTS = ("number", "speed", "error")  # `tuner trials --sort`
 WHEN_BUSY = ("warn", "wait")  # wait: hold a timing back while other processes keep the machine busy
+# how the analysis ranks layers (tuner.analysis.sensitivity): one float and one all-quantized run, or two builds a layer
+SENSITIVITY_METHODS = ("activations", "builds")
 
 
 def values(choices) -> list[str]:

@@ -7,7 +7,7 @@ from optuna.trial import TrialState
 
 from ..errors import EXIT_ALL_FAILED, EXIT_NONE_FEASIBLE
 from .failures import KNOWN_FAILURE
-from .record import BASELINE, FAIL_REASON, REUSED_FROM
+from .record import BASELINE, ENQUEUED, FAIL_REASON, REUSED_FROM
 
 
 def trials_of_this_trial(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list:
@@ -96,6 +96,17 @@ def completed(study: optuna.Study | list) -> list:
 
 def baseline_trial(study: optuna.Study | list):
     return next((t for t in completed(study) if t.user_attrs.get(BASELINE)), None)
+
+
+def is_runtime_defaults(t) -> bool:
+    """A trial of a runtime's own defaults: the baseline, or another backend's (queued as "<backend> defaults")."""
+    return bool(t.user_attrs.get(BASELINE)) or str(t.user_attrs.get(ENQUEUED, "")).endswith(" defaults")
+
+
+def runtime_defaults_trials(trials: list) -> list:
+    """The completed trials of the other runtimes' own defaults, the baseline's runtime left out."""
+    return [t for t in trials if t.state == TrialState.COMPLETE and is_runtime_defaults(t)
+            and not t.user_attrs.get(BASELINE) and not t.user_attrs.get(REUSED_FROM)]
 
 
 def best_feasible(study: optuna.Study | list):

@@ -18,7 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..execute.jobs import Evaluator
-from ..execute.timing import ALONE_PROCESSES, alone_record
+from ..execute.timing import ALONE_PROCESSES, ALONE_SECONDS, alone_record
 from ..inputs.configs import defaults_chooser, normalize
 from ..inputs.space import BACKEND, Space
 from ..problem.spec import Problem
@@ -58,13 +58,13 @@ def top_candidates(study: optuna.Study, k: int) -> list:
 
 def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds: int = 30,
                   timeout_s: float = 1800.0, artifacts: str | None = None, keep_engines: bool | None = None,
-                  alone_processes: int = ALONE_PROCESSES) -> dict | None:
+                  alone_processes: int = ALONE_PROCESSES, alone_seconds: float = ALONE_SECONDS) -> dict | None:
     """Store and return the confirmed winner; with nothing feasible, store the closest candidate instead.
     The engines of the confirmed finalists, as timed side by side, go to the study's artifact store
     (tuner.store.artifacts; `artifacts`: --artifacts, else the stored or default one; keep_engines: tune's
     --keep-engines, all kept, None: as stored), the winner's record names its own. Raises TrialFailure when
     the side-by-side job itself dies (nothing is stored then). alone_processes: fresh processes per engine in
-    the deployment check (0: none)."""
+    the deployment check (0: none); alone_seconds: each one's timed seconds."""
     store, keep_all = remember_store(study, artifacts, keep_engines)
     if store is None:
         note(f"study {study.study_name!r} is in a database server and has no artifact store: the engines timed in "
@@ -102,7 +102,7 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
         not_deployed: list[dict] = []
         while winner is not None and base is not None and winner["trial"] != base.number and alone_processes:
             deployed = _deployment_check(evaluator, winner, base, entries, confirmed_run["results"], saved,
-                                         alone_processes)
+                                         alone_processes, alone_seconds)
             winner["deployed"] = deployed
             if deployed["speedup_high"] >= 1.0:
                 break
@@ -127,13 +127,13 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
 
 
 def _deployment_check(evaluator: Evaluator, winner: dict, base, entries: list, results: list[dict], saved: str,
-                      processes: int) -> dict:
+                      processes: int, seconds: float) -> dict:
     """The winner and the baseline, as selection saved them, each timed alone in `processes` fresh processes
     (timing.time_alone): the figure users compare with their own, with whether it agrees with the claim."""
     at = {t.number: i for i, t in enumerate(entries)}
     pair = [at[winner["trial"]], at[base.number]]
     figures = evaluator.alone([(results[i]["backend"], os.path.join(saved, str(i))) for i in pair],
-                              results[pair[0]]["device"], processes)
+                              results[pair[0]]["device"], processes, seconds)
     deployed = alone_record(*figures)
     return deployed | {"agrees": agrees_with_claim(winner, deployed)}
 

@@ -4,11 +4,12 @@ SmoothQuant), the greedy trial's parameters and the printed table."""
 import numpy as np
 import onnx
 import pytest
+from needs import backend_or_skip
 from onnx import TensorProto, helper, numpy_helper
 
 from tuner.analysis.variants import choose
 from tuner.cli.demo import build_demo_model
-from tuner.inputs.attention import attention_softmaxes, has_attention
+from tuner.inputs.attention import attention_softmaxes, has_attention, may_have_attention
 from tuner.inputs.configs import defaults_chooser, normalize, trial_params, variant_matches
 from tuner.inputs.space import load_space
 from tuner.report.variants import variant_lines
@@ -26,6 +27,41 @@ def test_attention_is_found_in_the_masked_block_and_the_demo_encoder(masked_atte
     assert attention_softmaxes(demo.graph) == [f"block{b}/attn/softmax" for b in range(4)]
 
 
+def test_attention_is_found_through_what_exporters_put_after_the_softmax(guarded_attention_path):
+    guarded = onnx.load(guarded_attention_path)  # Softmax -> IsNaN/Where -> MatMul, as torch.onnx.export writes it
+    assert attention_softmaxes(guarded.graph) == ["softmax"]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 8])
+    for between in (["Cast"], ["Dropout"], ["Identity"], ["Cast", "Identity"]):
+        nodes = [helper.make_node("MatMul", ["x", "xt"], ["s"], name="scores"),
+                 helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+                 helper.make_node("Softmax", ["s"], ["p0"], name="softmax")]
+        for i, op in enumerate(between):
+            nodes.append(helper.make_node(op, [f"p{i}"], [f"p{i + 1}"], **({"to": TensorProto.FLOAT} if op == "Cast" else {})))
+        nodes.append(helper.make_node("MatMul", [f"p{len(between)}", "x"], ["y"], name="context"))
+        assert attention_softmaxes(_graph(nodes, [x], [y]).graph) == ["softmax"], between
+
+
+def test_the_transformer_variants_are_screened_wherever_a_softmax_meets_a_matmul(guarded_attention_path, tmp_path):
+    backend_or_skip("openvino")
+    from tuner.analysis.quantizing import quantizing_override
+    from tuner.analysis.variants import variant_setups
+    from tuner.inputs.space import SPACES_DIR
+    from tuner.problem.spec import load_problem
+
+    problem = load_problem(guarded_attention_path, f"{SPACES_DIR}/openvino-cpu.yaml", shapes=["x=2x16x32", "mask=2x16"],
+                           int_ranges=["mask=0:2"], n_batches=1)
+    override = quantizing_override(problem, "int8")
+    types = [s["options"].get("int8_model_type") for s in variant_setups(problem, override, "int8", None, {})]
+    assert types.count("transformer") == 4 and types[0] == "none"  # the space's defaults first
+    # a graph with no attention pattern at all, but a Softmax and a MatMul: screened all the same
+    head = _graph([helper.make_node("MatMul", ["a", "w"], ["l"], name="fc"), helper.make_node("Softmax", ["l"], ["b"])],
+                  [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 8])],
+                  [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 8])],
+                  [numpy_helper.from_array(np.ones((8, 8), np.float32), "w")])
+    assert not has_attention(head) and may_have_attention(head)
+
+
 def test_a_softmax_classifier_head_is_not_attention():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
@@ -40,18 +76,19 @@ def test_a_softmax_classifier_head_is_not_attention():
     assert not has_attention(relu)  # a Relu between: not a scaled dot product
 
 
-def test_the_backends_offer_a_handful_of_variants_and_transformer_ones_only_with_attention():
+def test_the_backends_offer_a_handful_of_variants_and_transformer_ones_where_attention_may_be():
     from tuner.backends.onnxruntime.quantize import route_variants as ort_variants
 
     assert ort_variants("int8-dynamic", True)[0] == {} and len(ort_variants("int8-dynamic", True)) == 4
     assert len(ort_variants("int8-static", False)) == 4 and ort_variants("int4-weight", False) == [{}]
-    pytest.importorskip("openvino")
+    backend_or_skip("openvino")
     from tuner.backends.openvino.quantize import route_variants
 
     plain = route_variants("int8", attention=False, vnni=True)
     assert plain[0] == {} and all(v.get("int8_model_type", "none") == "none" for v in plain)
     tf = route_variants("int8", attention=True, vnni=True)
-    assert 3 <= len(tf) <= 6 and {"int8_overflow_fix": "disable"}.items() <= tf[3].items()
+    assert tf[:1] + tf[5:] == plain  # every plain variant is built for a transformer too: measured, never guessed away
+    assert len(tf) == 7 and {"int8_overflow_fix": "disable"}.items() <= tf[3].items()
     assert route_variants("int8", attention=True, vnni=False)[3]["int8_overflow_fix"] == "enable"
     # SmoothQuant off in every transformer variant but one (the table's, not the layers'; see the space's unless)
     assert [v.get("int8_smooth_quant") for v in tf if v.get("int8_model_type") == "transformer"] == [False, False, False, True]
@@ -171,7 +208,7 @@ def test_the_table_names_the_chosen_variant_and_what_came_of_it():
 
 def test_the_variants_are_those_the_space_offers_with_bf16_float_parts_only_where_the_cpu_has_it(tmp_path,
                                                                                                   masked_attention_path):
-    pytest.importorskip("openvino")
+    backend_or_skip("openvino")
     from tuner.analysis.variants import carried_settings, variant_setups
     from tuner.problem.spec import load_problem
 
@@ -189,10 +226,10 @@ def test_the_variants_are_those_the_space_offers_with_bf16_float_parts_only_wher
     assert all(s["config"]["static_shapes"] is True for s in got)
     assert got[0]["options"] == {"int8_model_type": "none", "int8_preset": "performance"}  # the space's defaults first
     kinds = [(s["options"]["int8_model_type"], s["options"].get("int8_smooth_quant"), s["layers"]) for s in got]
-    # attention: TRANSFORMER variants with SmoothQuant off, one with it on, under which no layer stays in float
-    # (the overflow-fix variant is left out: this space has no int8_overflow_fix for a trial to set)
+    # attention: TRANSFORMER variants with SmoothQuant off, one with it on, under which no layer stays in float,
+    # then the plain preset (the overflow-fix variant is left out: this space has no int8_overflow_fix to set)
     assert kinds == [("none", None, True), ("transformer", False, True), ("transformer", False, True),
-                     ("transformer", True, False)]
+                     ("transformer", True, False), ("none", None, True)]
     assert all(s["config"]["keep_float"] == [] and s["config"]["precision"] == "int8" for s in got)
     _, fixed = setups(OV_SPACE, {"int8_model_type": "transformer", "int8_smooth_quant": False})  # --set fixes them
     assert [s["options"]["int8_preset"] for s in fixed] == ["mixed", "performance"]

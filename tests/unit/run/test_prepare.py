@@ -59,7 +59,7 @@ def test_a_refused_input_removes_no_database_another_process_made(demo_path, tmp
     other = TuneOptions(study="other", model=demo_path, storage=f"sqlite:///{path}", shapes=["x=2x64x256"], space=small)
     real = prepare._open_study
 
-    def refused_after_another_made_a_study(opts, joined=False):
+    def refused_after_another_made_a_study(opts, joined=False, defer_analysis=False):
         real(other)
         raise UserError("refused")
 
@@ -68,7 +68,7 @@ def test_a_refused_input_removes_no_database_another_process_made(demo_path, tmp
         open_study(TuneOptions(study="s", model=demo_path, storage=f"sqlite:///{path}"))
     assert optuna.load_study(study_name="other", storage=f"sqlite:///{path}") is not None
 
-    def refused(opts, joined=False):  # after the storage made the file, as a refused model is
+    def refused(opts, joined=False, defer_analysis=False):  # after the storage made the file, as a refused model is
         prepare.open_storage(opts.storage_url)
         assert os.path.exists(tmp_path / "new" / "s.db")
         raise UserError("refused")

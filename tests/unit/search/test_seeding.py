@@ -8,7 +8,7 @@ import warnings
 from types import SimpleNamespace
 
 import optuna
-import pytest
+from needs import torch_or_skip
 from optuna.trial import TrialState
 from plan_spaces import EFFECTS, conditional_params, space_of
 
@@ -238,7 +238,7 @@ def test_a_study_stores_its_seed_once(tmp_path):
 def test_gp_resumes_exactly(tmp_path):
     """The GP sampler's kernel fit starts from the defaults in each trial (Optuna's warm start from the
     process's previous fit is dropped), so a resumed process fits what a straight run fits."""
-    pytest.importorskip("torch")
+    torch_or_skip()
 
     def sampler():
         return seeding.GPSampler(seed=3, n_startup_trials=3)

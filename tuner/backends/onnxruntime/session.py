@@ -92,3 +92,27 @@ def read_engine_dir(engine_dir: str, backend: str) -> tuple[str, dict[str, Any]]
         raise ValueError(f"{engine_dir}: not an {backend} engine (one .onnx file and {SETTINGS_FILE} expected)")
     with open(os.path.join(engine_dir, SETTINGS_FILE)) as f:
         return models[0], json.load(f)
+
+
+def session_activations(model_path: str, settings: dict[str, Any], tensors: list[str],
+                        batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """`tensors` of the model file, made graph outputs (a graph output is kept through every fusion), as a
+    session with `settings` computes them on each batch (float32). Names the graph lacks are left out."""
+    import onnx
+
+    model = onnx.load(model_path)
+    have = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
+    wanted = [t for t in dict.fromkeys(tensors) if t in have and t not in {o.name for o in model.graph.output}]
+    model.graph.output.extend(onnx.ValueInfoProto(name=t) for t in wanted)
+    path = model_path + ".activations.onnx"
+    onnx.save(model, path, save_as_external_data=model.ByteSize() > 1_800_000_000)
+    try:
+        session = make_session(path, settings)
+        names, keep = [o.name for o in session.get_outputs()], set(tensors)
+        out = []
+        for batch in batches:
+            values = session.run(None, adapt_feed(session, batch))
+            out.append({n: np.asarray(v, dtype=np.float32) for n, v in zip(names, values) if n in keep})
+        return out
+    finally:
+        os.remove(path)

@@ -23,7 +23,7 @@ from ..common.cuda_rt import DeviceRuntime, load_runtime
 from ..common.onnx_precision import ROUTE_OPTIONS, apply_precision
 from ..common.onnx_precision import ROUTES as TRT_ROUTES
 from ..common.paths import slug
-from ..onnxruntime import OrtEngine
+from ..onnxruntime.backend import OrtEngine
 from ..onnxruntime.precision import file_precision
 from ..onnxruntime.session import adapt_feed, read_engine_dir, write_settings
 from .providers import (

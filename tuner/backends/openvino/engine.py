@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 
-import numpy as np
 import openvino as ov
 
-from ..base import Batch, Outputs
+from ..base import Batch
 from .profile import engine_node_times
 from .properties import DEVICE
-
-BLOB_FILE = "engine.blob"
-CONFIG_FILE = "ov_config.json"
-_FLOAT_OUTPUTS = (np.float16, np.float64)
+from .runner import BLOB_FILE, CONFIG_FILE, OpenVinoRunner, read_saved
 
 USAGE = """import json, openvino as ov
 saved = json.load(open("{dir}/ov_config.json"))  # the compile properties: import_model needs them back
@@ -33,65 +28,12 @@ _MATRIX_LAYERS = frozenset({"FullyConnected", "MatMul", "Convolution", "GroupCon
 _INTEGER = {"i8": "int8", "u8": "int8", "i4": "int4", "u4": "int4"}
 
 
-def _port_index(ports, name: str) -> int:
-    """The index of the port that carries tensor name `name` (a port can carry several)."""
-    for i, port in enumerate(ports):
-        if name in port.get_names():
-            return i
-    raise KeyError(f"the compiled model has no port named {name!r}")
-
-
-class OpenVinoEngine:
-    """A compiled model, its infer request and the properties it was compiled with."""
-
-    def __init__(self, compiled: ov.CompiledModel, properties: dict[str, str], output_names: list[str]):
-        self.compiled, self.properties = compiled, properties
-        self._request = compiled.create_infer_request()
-        self._staged: dict[int, np.ndarray] = {}  # input index -> the private array timed_call set
-        # Name outputs by the ONNX graph's output names: after reshape + save_model the demo's `y`
-        # port is {'y', 'final_ln_out'} and get_any_name() returns the latter.
-        self.output_names = list(output_names)
-        self._outputs = [_port_index(compiled.outputs, n) for n in output_names]
-
-    def _feed(self, batch: Batch) -> dict[int, np.ndarray]:
-        """The batch as contiguous arrays of the engine's input types, by input index."""
-        out = {}
-        for name, value in batch.items():
-            index = _port_index(self.compiled.inputs, name)
-            out[index] = np.ascontiguousarray(value, dtype=self.compiled.inputs[index].get_element_type().to_dtype())
-        return out
-
-    def run(self, batch: Batch) -> Outputs:
-        # share_inputs=True: the request reads the arrays in place. The default copies the batch INTO
-        # the request's current input tensors, which after timed_call are the staged private arrays.
-        result = self._request.infer(self._feed(batch), share_inputs=True)
-        out = {}
-        for name, index in zip(self.output_names, self._outputs):
-            value = np.array(result[index])  # a copy: the request's buffers are reused by the next run
-            out[name] = value.astype(np.float32) if value.dtype in _FLOAT_OUTPUTS else value
-        self._restage()
-        return out
+class OpenVinoEngine(OpenVinoRunner):
+    """A built engine: what its timing runs (OpenVinoRunner), and saving, profiling and its precision as compiled."""
 
     def node_times(self, batch: Batch, workdir: str, runs: int, max_seconds: float) -> list[dict]:
         """Its runtime nodes' median times, PERF_COUNT on (tuner.execute.profiling: `tuner profile`)."""
         return engine_node_times(self, batch, runs, max_seconds)
-
-    def timed_call(self, batch: Batch) -> Callable[[], None]:
-        """Inputs staged once as tensors over private copies; each call is one synchronous inference
-        without Python-side input handling or output copies (start_async + wait: measured equal to infer())."""
-        self._staged = {i: v.copy() for i, v in self._feed(batch).items()}
-        self._restage()
-        request = self._request
-
-        def call() -> None:
-            request.start_async()
-            request.wait()
-
-        return call
-
-    def _restage(self) -> None:
-        for index, array in self._staged.items():
-            self._request.set_input_tensor(index, ov.Tensor(array, shared_memory=True))
 
     def save(self, out_dir: str) -> str:
         """engine.blob (export_model) + ov_config.json. The blob does not carry the run-time properties:
@@ -123,11 +65,6 @@ class OpenVinoEngine:
         return {"inference": hint, "source": f"OpenVINO INFERENCE_PRECISION_HINT {hint}",
                 "quantized_nodes": quantized, "float_nodes": floats, "quantized": sorted(kinds)}
 
-    def close(self) -> None:
-        self._request = None
-        self.compiled = None
-        self._staged = {}
-
 
 def write_config(out_dir: str, properties: dict[str, str], output_names: list[str]) -> None:
     from importlib.metadata import version
@@ -139,11 +76,4 @@ def write_config(out_dir: str, properties: dict[str, str], output_names: list[st
 
 def load_engine(core: ov.Core, engine_dir: str) -> OpenVinoEngine:
     """Import a saved engine with the properties it was compiled with."""
-    blob, config = os.path.join(engine_dir, BLOB_FILE), os.path.join(engine_dir, CONFIG_FILE)
-    if not (os.path.isfile(blob) and os.path.isfile(config)):
-        raise ValueError(f"{engine_dir}: not an openvino engine ({BLOB_FILE} and {CONFIG_FILE} expected)")
-    with open(config) as f:
-        saved = json.load(f)
-    with open(blob, "rb") as f:
-        compiled = core.import_model(f.read(), saved["device"], saved["properties"])
-    return OpenVinoEngine(compiled, saved["properties"], saved["outputs"])
+    return OpenVinoEngine(*read_saved(core, engine_dir))

@@ -34,21 +34,23 @@ IR_FILE = "model.xml"
 def route_variants(route: str, attention: bool, vnni: bool) -> list[dict[str, Any]]:
     """The accuracy-relevant option sets of `route` worth one all-quantized build each before layers are
     ranked (tuner.analysis.variants), as config keys; {} = the space's defaults. A handful, not the product:
-    - model type TRANSFORMER only where the graph has attention; there SmoothQuant off with both presets
-      (layers kept in float need it off: its scaling stays in place on an ignored layer, which made a
-      real encoder worse, error 1.03, as more layers stayed in float), and SmoothQuant on once, for
-      the table and for TPE (the space keeps no layer in float under it);
-    - the overflow fix where it matters: off on a CPU with VNNI (its u8*s8 sums cannot saturate, so the
-      7-bit weights of the first layer only cost accuracy), on everywhere without VNNI (saturation)."""
+    - NNCF's presets and the overflow fix where it matters: off on a CPU with VNNI (its u8*s8 sums cannot
+      saturate, so the 7-bit weights of the first layer only cost accuracy), on everywhere without VNNI;
+    - where the graph may hold attention (a Softmax and a MatMul: a pattern would be a guess about
+      exporters), model type TRANSFORMER too: SmoothQuant off with both presets (layers kept in float need
+      it off: its scaling stays in place on an ignored layer, which made a real encoder worse, error 1.03,
+      as more layers stayed in float), and SmoothQuant on once, for the table and for TPE (the space keeps
+      no layer in float under it)."""
     if route != "int8":
         return [{}]
     overflow = {"int8_overflow_fix": "disable" if vnni else "enable"}
+    plain = [{}, {"int8_preset": "mixed"}, overflow]
     if not attention:
-        return [{}, {"int8_preset": "mixed"}, overflow]
+        return plain
     transformer = {"int8_model_type": "transformer", "int8_smooth_quant": False}
     return [{}, transformer | {"int8_preset": "mixed"}, transformer | {"int8_preset": "performance"},
             transformer | {"int8_preset": "mixed"} | overflow,
-            {"int8_model_type": "transformer", "int8_smooth_quant": True, "int8_preset": "mixed"}]
+            {"int8_model_type": "transformer", "int8_smooth_quant": True, "int8_preset": "mixed"}] + plain[1:]
 
 
 def read_model(core: ov.Core, path: str, shapes: dict[str, tuple[int, ...]] | None) -> ov.Model:
