@@ -45,6 +45,13 @@ def hang(outputs, refs, inputs):
     if _first_call():
         time.sleep(600)
     return 0.0
+
+def stall(outputs, refs, inputs):
+    # the first trial measures; every later one says it is inside its accuracy check, then waits there
+    if not _first_call():
+        open(os.environ["TUNER_TEST_MARKER"] + ".stalled", "w").close()
+        time.sleep(600)
+    return 0.0
 """
 
 
@@ -318,31 +325,46 @@ def _signals_as_in_a_terminal() -> None:
 
 def test_ctrl_c_fails_the_running_trial_and_exits_130(work, demo_path):
     # a budget it cannot finish before the signal (ENDLESS_SPACE)
-    proc = subprocess.Popen(tuner_cmd(work, *tune_args(demo_path, "intr", "--n-trials", "500", space="endless.yaml")), cwd=work,
+    proc = subprocess.Popen(tuner_cmd(work, *tune_args(demo_path, "intr", *STALL)), cwd=work,
                             env=env_for(work), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_signals_as_in_a_terminal)
-    _wait_for_running_trial(work, "intr", proc, 1)
+    _wait_for_stalled_trial(work, proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
     _the_signal_failed_the_running_trial(load(work, "intr"), "interrupted (Ctrl-C) during this trial")
 
 
+# A trial provably running when the signal comes: the second trial's accuracy check stalls in its user metric
+# (badmetric:stall) after saying so in a file; the first one completes.
+STALL = ("--n-trials", "500", "--require", "badmetric:stall<=1")
+
+
+def _wait_for_stalled_trial(work, proc, deadline_s=240):
+    end = time.monotonic() + deadline_s
+    while not os.path.exists(f"{work / 'marker'}.stalled"):
+        if proc.poll() is not None:
+            raise AssertionError(f"the tuner ended (exit {proc.returncode}) before its trial stalled:\n{proc.communicate()[1]}")
+        if time.monotonic() > end:
+            proc.kill()
+            raise AssertionError("no trial stalled in its accuracy check")
+        time.sleep(0.1)
+
+
 def _the_signal_failed_the_running_trial(trials, reason):
-    """No trial left RUNNING; the last one, failed with the reason, unless the signal came between two
-    trials (under load, the trial seen running may have ended before the signal was sent)."""
+    """No trial left RUNNING; the first completed, the second (in its accuracy check when the signal came)
+    failed with the signal's reason, and nothing after it."""
     assert not [t for t in trials if t.state == TrialState.RUNNING]
-    last = trials[-1]
-    assert last.state == TrialState.COMPLETE or (last.state == TrialState.FAIL
-                                                 and last.user_attrs.get("fail_reason") == reason), last
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL], [(t.number, t.state) for t in trials]
+    assert trials[1].user_attrs["fail_reason"] == reason
 
 
 def test_sigterm_fails_the_running_trial_and_exits_143(work, demo_path):
     """SIGTERM, what Slurm, `timeout` and systemd send, ends a run as Ctrl-C does: no trial left RUNNING."""
-    proc = subprocess.Popen(tuner_cmd(work, *tune_args(demo_path, "term", "--n-trials", "500", space="endless.yaml")),
+    proc = subprocess.Popen(tuner_cmd(work, *tune_args(demo_path, "term", *STALL)),
                             cwd=work, preexec_fn=_signals_as_in_a_terminal,
                             env=env_for(work), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for_running_trial(work, "term", proc, 1)
+    _wait_for_stalled_trial(work, proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and "terminated (SIGTERM)" in err and "Traceback" not in err, err

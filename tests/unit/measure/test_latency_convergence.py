@@ -16,3 +16,12 @@ def test_a_timing_whose_runs_differ_5x_is_not_converged():
     assert not is_converged(samples, LatencyProtocol())
     steady = list(np.linspace(49.0, 51.0, 100))
     assert summarize(steady, converged=True).converged and is_converged(steady, LatencyProtocol())
+
+
+@pytest.mark.parametrize("spread, steady", [(1.9, True), (2.0, True), (2.05, False), (2.5, False), (3.5, False)])
+def test_runs_steady_up_to_twice_apart_at_p90_over_p10(spread, steady):
+    """MAX_SPREAD is 2: runs whose p90 is up to 2x their p10 are one engine's; 2.05x apart are not."""
+    samples = [10.0] * 10 + [10.0 * spread] * 10 + list(np.linspace(10.0, 10.0 * spread, 80))
+    stats = summarize(samples, converged=True)
+    assert stats.p90_ms / stats.p10_ms == pytest.approx(spread, rel=0.05)
+    assert stats.converged is (stats.p90_ms <= 2.0 * stats.p10_ms) is steady

@@ -1,9 +1,19 @@
 """time_blocks and measure_paired on fake engines that advance a fake clock: exact arithmetic, no timing."""
+
 import pytest
 from clocks import FakeClock
 
 from tuner.measure.latency import LatencyProtocol, measure_latency
-from tuner.measure.paired import HOPELESS_ROUNDS, MIN_ROUNDS, OVERRUN, measure_paired, ratio_interval, time_blocks
+from tuner.measure.paired import (
+    HOPELESS_ROUNDS,
+    LEAD_IN_S,
+    MIN_ROUNDS,
+    OVERRUN,
+    measure_paired,
+    ratio_interval,
+    run_block,
+    time_blocks,
+)
 
 
 def test_steady_engines_converge_after_the_minimum_rounds_with_their_exact_ratio():
@@ -112,3 +122,39 @@ def test_an_overrun_mid_round_keeps_whole_rounds_only(cap):
     assert len(samples[0]) == len(samples[1]) >= 1
     _, _, rel = measure_paired(*engines, LatencyProtocol(warmup=1, max_seconds=cap), clock=clock)
     assert rel.rounds >= 1
+
+
+class Recorder:
+    """A fake engine that advances the clock by `seconds` a run and records when each of its blocks began."""
+
+    def __init__(self, clock: FakeClock, name: str, seconds: float, log: list):
+        self.clock, self.name, self.seconds, self.log, self.runs = clock, name, seconds, log, 0
+
+    def warm_run(self) -> float:
+        self.clock.t += self.seconds
+        return self.seconds
+
+    def block(self, runs: int) -> list[float]:
+        self.log.append(self.name)
+        return run_block(self, runs, self.clock)
+
+    def __call__(self) -> None:
+        self.runs += 1
+        self.clock.t += self.seconds
+
+
+def test_the_order_of_the_engines_turns_every_round():
+    clock, log = FakeClock(), []
+    engines = [Recorder(clock, name, 0.002, log) for name in "ABC"]
+    time_blocks(engines, LatencyProtocol(warmup=1), baseline=0, max_rounds=4, clock=clock)
+    assert log == list("ABC" "CBA" "ABC" "CBA")  # none always runs first, nor always right after another
+
+
+def test_each_block_starts_with_an_untimed_lead_in_of_at_least_its_length():
+    clock, log = FakeClock(), []
+    fast = Recorder(clock, "fast", 0.001, log)  # 1 ms runs: LEAD_IN_S holds 20 of them
+    samples = run_block(fast, 5, clock)
+    assert len(samples) == 5 and fast.runs - 5 == round(LEAD_IN_S / 0.001) == 20  # the lead-in: 20 ms of runs
+    slow = Recorder(clock, "slow", 1.0, log)  # a run longer than the lead-in: one untimed run all the same
+    run_block(slow, 3, clock)
+    assert slow.runs == 3 + 1
