@@ -1,9 +1,12 @@
 import os
+import shutil
 import tempfile
 
 import pytest
 
 from tuner.cli.demo import write_demo_model
+
+SESSION_DIR = pytest.StashKey[str]()
 
 
 def pytest_configure(config):
@@ -11,9 +14,15 @@ def pytest_configure(config):
     tuner in another shell can neither hold up this session's timings nor change its cached results.
     Set before any forkserver or tuner child starts, so every process of the session inherits them."""
     session_dir = tempfile.mkdtemp(prefix="tuner-tests-")
+    config.stash[SESSION_DIR] = session_dir
     os.environ["TUNER_LOCK_DIR"] = os.path.join(session_dir, "locks")
     os.environ["TUNER_CACHE"] = os.path.join(session_dir, "cache")
     config.addinivalue_line("markers", "timing: an end-to-end timing check; .ci/run runs these alone, at the end")
+
+
+def pytest_unconfigure(config):
+    """The session's lock and cache folder goes with the session."""
+    shutil.rmtree(config.stash.get(SESSION_DIR, ""), ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -61,19 +61,21 @@ def test_int8_with_the_planted_float_set_is_as_accurate_as_int8_without_outliers
                            "quantized_nodes": matmuls - len(PLANTED), "float_nodes": len(PLANTED)}
 
 
-def test_bf16_is_measured_against_fp32_and_fails_a_tighter_requirement(openvino, tmp_path_factory, tmp_path):
+def test_bf16_is_measured_against_fp32_and_fails_a_tight_bound_where_the_cpu_runs_it(openvino, tmp_path_factory, tmp_path):
     problem = _problem(tmp_path_factory, 2, require="cos<=1e-7")
     precision = problem.space.param("inference_precision")
-    if "bf16" not in precision.choices:
-        caps = openvino.device_info()["capabilities"]
-        pytest.skip(f"this CPU has no BF16 (OPTIMIZATION_CAPABILITIES {caps}): the plugin runs a bf16 hint as f32")
     assert precision.default == "auto"  # not set: the plugin's own, bf16 on a BF16 CPU
+    has_bf16 = "BF16" in openvino.device_info()["capabilities"]
+    assert ("bf16" in precision.choices) == has_bf16  # offered only where the plugin has its kernels
     f32 = measure(problem, {"precision": "fp32", "inference_precision": "f32"}, str(tmp_path / "f32"), FAST)
     bf16 = measure(problem, {"precision": "fp32", "inference_precision": "bf16"}, str(tmp_path / "bf16"), FAST)
     assert f32.feasible and f32.metrics["cos"] < 1e-9, f32.metrics
-    assert bf16.metrics["cos"] > 1e-7 and not bf16.feasible and bf16.violations, bf16.metrics
-    # each record says what its engine computed in, as compiled
-    assert (f32.precision["inference"], bf16.precision["inference"]) == ("f32", "bf16")
+    assert f32.precision["inference"] == "f32"
+    if has_bf16:  # measured against the fp32 reference, it misses the tight bound; the record says bf16
+        assert bf16.metrics["cos"] > 1e-7 and not bf16.feasible and bf16.violations, bf16.metrics
+        assert bf16.precision["inference"] == "bf16"
+    else:  # the hint asked of a CPU without BF16 kernels: the plugin runs f32, bit for bit, as the space's note says
+        assert bf16.precision["inference"] == "f32" and bf16.metrics["cos"] < 1e-9, (bf16.precision, bf16.metrics)
 
 
 def test_the_defaults_compile_with_no_property_and_run_as_the_plugin_chooses(openvino, tmp_path_factory, tmp_path):

@@ -34,6 +34,16 @@ def test_every_route_builds_and_runs(problem, route, tmp_path):
     if route.startswith("int"):
         assert rec.metrics["rel_l2"] > 1e-3
     assert rec.median_ms > 0
+    # what the engine computes in, as its optimized graph says: the route was applied, not only run
+    # (ONNX Runtime's CPU provider runs an fp16 graph's MatMuls in f32 behind inserted Casts: as run, f32)
+    as_run = rec.precision
+    want = {"fp32": [], "fp16": [], "int8-dynamic": ["int8"], "int8-static": ["int8"], "int4-weight": ["int4"]}[route]
+    assert (as_run["inference"], as_run["quantized"]) == ("f32", want), as_run
+    assert (as_run["quantized_nodes"] > 0) == bool(want) and as_run["float_nodes"] + as_run["quantized_nodes"] > 0
+    # and the engine's own graph is the route's: fp16 weights in the fp16 engine, none elsewhere
+    engine = onnx.load(os.path.join(rec.engine_dir, "model.onnx"))
+    halves = [i.name for i in engine.graph.initializer if i.data_type == onnx.TensorProto.FLOAT16]
+    assert bool(halves) == (route == "fp16"), halves[:3]
 
 
 def test_excluding_every_quantizable_node_restores_accuracy(problem, tmp_path):

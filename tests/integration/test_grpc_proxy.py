@@ -174,20 +174,42 @@ def _alive(pid):
         return False
 
 
+# A user metric that stalls one trial, the second it measures, for 10 s in its accuracy check, after saying so
+# in a file of the working folder: the trial is provably in flight when the proxy dies (and ends after it).
+STALL_METRIC = """\
+import os, time
+
+def stall(outputs, refs, inputs):
+    if not os.path.exists("measured-once"):
+        open("measured-once", "w").close()
+    elif not os.path.exists("stalled"):
+        open("stalled", "w").close()
+        time.sleep(10)
+    return 0.0
+"""
+
+
 def test_a_worker_that_loses_its_proxy_ends_in_one_line_and_its_trial_is_retried_later(pg_url, work):
     """The proxy SIGKILLed under a worker mid-trial: the worker exits 2 with one line, no traceback, no process
     left; its trial stays RUNNING, and once the proxy and a worker are back it is failed and retried once."""
     study = pg._name("lost")
+    (work / "stallmetric.py").write_text(STALL_METRIC)
+    for marker in ("measured-once", "stalled"):
+        (work / marker).unlink(missing_ok=True)
     proxy, url, _ = _start_proxy(work, pg_url)
     where = url[len("grpc://"):]
     try:
         r = pg.tuner(work, "tune", str(work / "demo.onnx"), "--study", study, "--storage", url, "--space", "small.yaml",
-                     "--shape", "x=2x64x256", "--require", "cos<=0.005", "--max-timing-s", "0.3", "--quiet", "--seed",
-                     "0", "--max-trials", "50", "--n-trials", "1", "--no-select")
+                     "--shape", "x=2x64x256", "--require", "cos<=0.005,stallmetric:stall<=1", "--max-timing-s", "0.3",
+                     "--quiet", "--seed", "0", "--max-trials", "50", "--n-trials", "1", "--no-select")
         assert r.returncode == 0, r.stderr
-        worker = pg.worker_proc(work, url, study, log=f"{study}-w")
+        worker = pg.worker_proc(work, url, study, "--allow-metric", "stallmetric:stall", log=f"{study}-w")
         try:
-            _, running = _first_killable(pg_url, study, [worker])
+            end = time.monotonic() + 240
+            while not (work / "stalled").exists():  # the worker's first trial, in its accuracy check
+                assert worker.poll() is None and time.monotonic() < end, (work / f"{study}-w.log").read_text()
+                time.sleep(0.1)
+            running, = [t.number for t in pg.load(pg_url, study) if t.state == TrialState.RUNNING]
             below = _descendants(worker.pid)
             proxy.kill()  # SIGKILL: no goodbye to its workers
             proxy.wait()
@@ -212,7 +234,7 @@ def test_a_worker_that_loses_its_proxy_ends_in_one_line_and_its_trial_is_retried
         time.sleep(0.2)
     assert not [p for p in below if _alive(p)], f"left running: {below}"
     stale = [t.number for t in pg.load(pg_url, study) if t.state == TrialState.RUNNING]
-    assert stale in ([], [running]), stale  # the trial in flight, where the proxy died before its end was stored
+    assert stale == [running], stale  # the trial in flight: its end never reached the storage
     # No proxy there at start: one line too.
     r = pg.tuner(work, "worker", "--study", study, "--storage", url, "--quiet", timeout=60)
     err = r.stderr.strip()
@@ -222,14 +244,13 @@ def test_a_worker_that_loses_its_proxy_ends_in_one_line_and_its_trial_is_retried
     with running_proxy(work, pg_url, port=int(where.rsplit(":", 1)[1])) as again:
         assert again == url
         r = pg.tuner(work, "worker", "--study", study, "--storage", url, "--quiet", "--max-timing-s", "0.3",
-                     "--n-trials", "1")
+                     "--n-trials", "1", "--allow-metric", "stallmetric:stall")
         assert r.returncode == 0 and "1 trials run" in r.stdout, r.stdout + r.stderr
     trials = pg.load(pg_url, study)
     assert not [t for t in trials if t.state == TrialState.RUNNING], [(t.number, t.state) for t in trials]
-    for number in stale:
-        assert {t.number: t.state for t in trials}[number] == TrialState.FAIL
-        retries = [t for t in trials if t.system_attrs.get("failed_trial") == number]
-        assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE, retries
+    assert {t.number: t.state for t in trials}[running] == TrialState.FAIL
+    retries = [t for t in trials if t.system_attrs.get("failed_trial") == running]
+    assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE, retries
 
 
 def _refused_port():

@@ -140,7 +140,7 @@ def test_history_importance_layers_summary(study):
 
     imp = importance_figure(study)
     assert "PedAnovaImportanceEvaluator" in imp.layout.title.text
-    assert {t.meta["target"] for t in imp.data} == {"latency", "error"} or note_of(imp)
+    assert {t.meta["target"] for t in imp.data} == {"latency", "error"}, note_of(imp)
 
     near, rates = layer_override_rates(study)  # the model's layers by name, not the search's parameters
     assert near and all(is_feasible(t) and "keep_float/block0" in t.params for t in near)

@@ -43,8 +43,8 @@ def planted_study(tmp_path_factory):
     """A study of the planted demo with the default space and nothing else said."""
     tmp = tmp_path_factory.mktemp("defaults")
     model = write_demo_model(str(tmp / "planted.onnx"), outliers=2)
-    os.environ["TUNER_CACHE"] = str(tmp / "cache")
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp:  # restored after: the session's other tests keep their own cache
+        mp.setenv("TUNER_CACHE", str(tmp / "cache"))
         # The analysis skips the ranking of a route whose variants read clearly slower than fp32 (quick timing):
         # the demo's int8 reads close to its fp32, and a loaded machine tips it. Not what this tests.
         mp.setattr(rankings, "NOT_FASTER", float("inf"))

@@ -3,6 +3,7 @@ the built-in spaces: `tuner space` runs on the demo model with the default space
 import glob
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -12,8 +13,14 @@ REPO = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
 def test_the_wheel_ships_every_module_and_the_default_space(tmp_path):
+    # built from a copy, so the build leaves nothing (build/, *.egg-info) in the repository
+    src = tmp_path / "src"
+    shutil.copytree(os.path.join(REPO, "tuner"), src / "tuner", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(os.path.join(REPO, "search_spaces"), src / "search_spaces")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(REPO, name), src / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
-                    REPO], check=True, capture_output=True)
+                    str(src)], check=True, capture_output=True)
     wheel, = glob.glob(str(tmp_path / "engine_tuner-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     here = {os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "tuner", "**", "*.py"), recursive=True)}

@@ -19,7 +19,7 @@ from ..measure.requirement import Requirement
 from ..report.as_run import deployed_text, kept_in_float, not_deployed_lines, precision_text, vs_defaults_text
 from ..report.finalists import finalist_lines
 from ..report.progress import TrialProgress
-from ..search.enqueue import enqueue_initial
+from ..search.enqueue import enqueue_defaults, enqueue_found, enqueue_greedy
 from ..search.record import BASELINE, FAIL_REASON, RETRY_OF
 from ..search.study import StudyContext
 from ..search.trials import (
@@ -143,14 +143,15 @@ def tune_study(opts: TuneOptions) -> TuneResult:
     with study_run_lock(ctx.url, opts.study) as alone:
         if alone:
             recover_stale_trials(ctx.study)
-        enqueue_initial(ctx, opts.enqueue)
+        enqueue_defaults(ctx)
         ran = 0
         if analysis_due(ctx):
             # each runtime's defaults first (the figures every speedup is read against, within the first
             # minute), then the analysis, whose candidates are queued as each is found, then the search
             ran = run_trials(ctx, opts, budget, most=defaults_waiting(ctx.study))
             deadline = None if opts.timeout is None else started + opts.timeout
-            ctx = analyze_study(ctx, opts, deadline, on_ranking=lambda found: enqueue_initial(found, opts.enqueue))
+            ctx = analyze_study(ctx, opts, deadline, on_ranking=enqueue_greedy)
+        enqueue_found(ctx, opts.enqueue)
         ran += run_trials(ctx, opts, budget, done=ran)
     winner = ctx.study.user_attrs.get("winner")
     if opts.select:

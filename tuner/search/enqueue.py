@@ -57,11 +57,17 @@ def enqueue_initial(ctx: StudyContext, extra: list[str]) -> None:
     study's best configs (--warm-start, its winner first), the greedy set of each sensitivity ranking
     (once per ranking: with the route options of the variant it was ranked for, and the backend's settings
     for the float parts it was measured with, e.g. OpenVINO's bf16 where the CPU has BF16), then any
-    --enqueue configs."""
+    --enqueue configs. tune queues the defaults before its analysis (enqueue_defaults) and the rest once the
+    rankings exist (enqueue_found), each greedy set as soon as its ranking is made (enqueue_greedy)."""
+    enqueue_defaults(ctx)
+    enqueue_found(ctx, extra)
+
+
+def enqueue_defaults(ctx: StudyContext) -> None:
+    """The baseline (once per study) and, in a space over several backends, each other backend's defaults."""
     study, problem = ctx.study, ctx.problem
     grid = ctx.settings.sampler == "grid"
     rankings = ctx.settings.rankings
-    queued = parse_enqueue(problem, ctx.settings, extra)
     if not study.user_attrs.get(BASELINE_ENQUEUED):
         study.enqueue_trial(baseline_params(ctx), user_attrs={BASELINE: True})
         study.set_user_attr(BASELINE_ENQUEUED, True)
@@ -71,8 +77,24 @@ def enqueue_initial(ctx: StudyContext, extra: list[str]) -> None:
             study.enqueue_trial(params_for(problem.space, problem.graph_nodes, {BACKEND: backend}, grid, rankings),
                                 user_attrs={ENQUEUED: f"{backend} defaults"})
             study.set_user_attr(f"defaults_enqueued/{backend}", True)
+
+
+def enqueue_found(ctx: StudyContext, extra: list[str]) -> None:
+    """--warm-start's configs, each ranking's greedy set (enqueue_greedy), then the --enqueue configs: what
+    the study tries once its rankings exist (their parameters depend on them)."""
+    queued = parse_enqueue(ctx.problem, ctx.settings, extra)
     for i, params in enumerate(ctx.warm_params):
-        study.enqueue_trial(params, user_attrs={ENQUEUED: f"warm start {i + 1}"}, skip_if_exists=True)
+        ctx.study.enqueue_trial(params, user_attrs={ENQUEUED: f"warm start {i + 1}"}, skip_if_exists=True)
+    enqueue_greedy(ctx)
+    for item, params in zip(extra, queued):
+        ctx.study.enqueue_trial(params, user_attrs={ENQUEUED: item}, skip_if_exists=True)
+
+
+def enqueue_greedy(ctx: StudyContext) -> None:
+    """The greedy set of each sensitivity ranking the study has, once per ranking."""
+    study, problem = ctx.study, ctx.problem
+    grid = ctx.settings.sampler == "grid"
+    rankings = ctx.settings.rankings
     for name, r in (rankings or {}).items():
         if r["greedy_feasible"] and not study.user_attrs.get(f"greedy_enqueued/{r['table_key']}"):
             route_param, _ = problem.space.route_param(next(o for o in problem.space.overrides if o.name == name))
@@ -83,5 +105,3 @@ def enqueue_initial(ctx: StudyContext, extra: list[str]) -> None:
             study.enqueue_trial(params_for(problem.space, problem.graph_nodes, values, grid, rankings, by_key),
                                 user_attrs={ENQUEUED: "greedy"})
             study.set_user_attr(f"greedy_enqueued/{r['table_key']}", True)
-    for item, params in zip(extra, queued):
-        study.enqueue_trial(params, user_attrs={ENQUEUED: item}, skip_if_exists=True)

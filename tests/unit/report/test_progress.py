@@ -52,9 +52,11 @@ def test_the_holder_of_the_timing_lock_is_named_to_whoever_waits(tmp_path):
 
     path, heard = str(tmp_path / "dev.lock"), []
     with device_lock(path, "PID 1, a trial of study a"):
-        waiter = threading.Thread(target=lambda: device_lock(path, "PID 2", heard.append).__enter__())
+        told = threading.Event()
+        waiter = threading.Thread(target=lambda: device_lock(path, "PID 2", lambda who: heard.append(who) or told.set())
+                                  .__enter__())
         waiter.start()
-        waiter.join(0.5)
+        assert told.wait(60)  # however slowly a busy machine runs the waiter
         assert heard == ["PID 1, a trial of study a"]
     waiter.join(10)
     assert open(path).read() == "PID 2"

@@ -7,10 +7,18 @@ from tuner.store.locks import WAITING_FOR_LOCK, TimingLockWaits, default_lock_pa
 
 
 def _wait_for(device, on_phase, study, what):
-    """Take the lock in a thread while this one holds it: what the waiter reported before it blocked."""
-    waiter = threading.Thread(target=lambda: timing_lock(device, on_phase, study, what).__enter__(), daemon=True)
+    """Take the lock in a thread while this one holds it; return once the waiter has reported its wait (it
+    then blocks until the lock is free), however slowly a busy machine runs it."""
+    reported = threading.Event()
+
+    def told(phase):
+        on_phase(phase)
+        reported.set()
+
+    hook = None if on_phase is None else told  # None: nothing is reported, so nothing to wait for
+    waiter = threading.Thread(target=lambda: timing_lock(device, hook, study, what).__enter__(), daemon=True)
     waiter.start()
-    waiter.join(0.5)
+    assert hook is None or reported.wait(60), "the waiter never reported its wait"
     return waiter
 
 
