@@ -8,7 +8,11 @@ SIGKILL at its 27th, one that finishes the 40. The grid sampler's space keeps fo
 (GRID_PARAMS): the whole space's grid has 141,557,760 points, which Optuna's GridSampler lists and shuffles
 in each process. Of its 32 points (32 configs: none inactive) trials 1-31 take points 1-31 (trial 0, the
 baseline, is enqueued), the stop and the kill among them; trial 32 draws point 0, the one left unvisited,
-and the trials after it draw points again (their configs' results reused)."""
+and the trials after it draw points again (their configs' results reused).
+
+The last test runs the real `tuner tune` end to end instead (the run lock, the claims, the trial loop, the
+trial child and the engine processes), stopped by real signals, over a backend whose results are fixed by the
+config (tests/fixtures/clockwork_backend)."""
 from __future__ import annotations
 
 import hashlib
@@ -17,12 +21,16 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from types import SimpleNamespace
 
+import fixture_backends
 import optuna
+import psutil
 import pytest
 
+from tuner.cli.demo import write_demo_model
 from tuner.execute.isolate import TrialFailure
 from tuner.inputs.space import SPACES_DIR, load_space
 from tuner.measure.requirement import Requirement
@@ -149,10 +157,79 @@ def test_a_stopped_and_resumed_study_proposes_what_a_straight_run_does(tmp_path,
     assert {t.user_attrs.get("worker") for t in study.trials if not is_lost(t)} == {"w1"}  # what each trial records
 
 
+
+CLOCKWORK_SPACE = """\
+name: clockwork
+backend: clockwork
+parameters:
+  a: {type: int, low: 0, high: 15, default: 0}
+  b: {type: categorical, choices: [p, q, r, s], default: p}
+  c: {type: bool, default: false}
+  d: {type: int, low: 1, high: 8, default: 1}
+"""
+TUNE_TRIALS = 30
+TUNE_STOPS = {12: signal.SIGINT, 21: signal.SIGKILL}  # the build numbered so, across the stopped study's runs
+
+
+def _tune(tmp_path, env: dict, db: str, max_trials: int, stall_at: int | None = None) -> subprocess.Popen:
+    """`tuner tune` over the clockwork backend (results fixed by the config: tests/fixtures/clockwork_backend)."""
+    args = ["tune", str(tmp_path / "demo.onnx"), "--space", str(tmp_path / "clockwork.yaml"), "--study", "s",
+            "--storage", f"sqlite:///{tmp_path / db}", "--shape", "x=2x64x256", "--require", "cos<=0.005",
+            "--seed", "7", "--max-trials", str(max_trials), "--no-select", "--quiet", "--max-timing-s", "0.3"]
+    folder = tmp_path / f"{db}.builds"
+    folder.mkdir(exist_ok=True)
+    env = env | {"CLOCKWORK_DIR": str(folder), "TUNER_CACHE": str(tmp_path / "cache")}
+    env.pop("CLOCKWORK_STALL_AT", None)
+    if stall_at is not None:
+        env["CLOCKWORK_STALL_AT"] = str(stall_at)
+    return subprocess.Popen([sys.executable, "-m", "tuner.cli.main", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _stopped_at(proc: subprocess.Popen, marker, sig: int) -> None:
+    """Wait until the stalled build's marker exists (its trial is running), then send `sig` to the tuner alone."""
+    end = time.monotonic() + 300
+    while not marker.exists():
+        assert proc.poll() is None, f"the tuner ended (exit {proc.returncode}) before its stall:\n{proc.communicate()[1]}"
+        assert time.monotonic() < end, "no stall within 300 s"
+        time.sleep(0.1)
+    os.kill(proc.pid, sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == {signal.SIGINT: 130, signal.SIGKILL: -signal.SIGKILL}[sig], err[-3000:]
+    for p in psutil.Process().children(recursive=True) if sig == signal.SIGKILL else []:
+        p.kill()  # nothing of this run may time beside the next (the kill -9 test proves they end by themselves)
+
+
+def test_tune_stopped_by_ctrl_c_and_kill_9_then_resumed_proposes_what_a_straight_run_does(tmp_path):
+    """The real `tuner tune`, end to end: a study stopped by a real SIGINT and a real SIGKILL, each while a trial
+    builds (a marker the build writes), then resumed by the same command, proposes trial by trial what a study
+    run straight through proposes. The clockwork backend makes each config's results the same in every run."""
+    env = fixture_backends.install("clockwork_backend", tmp_path)
+    write_demo_model(str(tmp_path / "demo.onnx"))
+    (tmp_path / "clockwork.yaml").write_text(CLOCKWORK_SPACE)
+    for stall_at, sig in TUNE_STOPS.items():
+        _stopped_at(_tune(tmp_path, env, "stopped.db", TUNE_TRIALS + 1, stall_at),
+                    tmp_path / "stopped.db.builds" / f"stalled-{stall_at}", sig)
+    # the Ctrl-C'd trial counts in the study-wide budget (it ran); the killed one is retried in its place
+    finish = _tune(tmp_path, env, "stopped.db", TUNE_TRIALS + 1)
+    straight = _tune(tmp_path, env, "straight.db", TUNE_TRIALS)
+    for proc in (finish, straight):
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'stopped.db'}")
+    lost = [t for t in study.trials if is_lost(t)]
+    assert [t.user_attrs[FAIL_REASON] for t in lost] == ["interrupted (Ctrl-C) during this trial",
+                                                         "the tuning process died during this trial"]
+    got, want = history(f"sqlite:///{tmp_path / 'stopped.db'}"), history(f"sqlite:///{tmp_path / 'straight.db'}")
+    assert len(got) == len(want) == TUNE_TRIALS
+    for number, (a, b) in enumerate(zip(got, want)):
+        assert a == b, f"trial {number} differs"
+    assert len({str(p) for p, _, _, _ in want}) > TUNE_TRIALS // 2  # a search, not one config over and over
+    assert {state for _, state, _, _ in want} == {"COMPLETE"}
+
+
 if __name__ == "__main__":
-    url, name, seed, stop_at, how = sys.argv[1:]
-    try:
-        run_process(url, name, None if seed == "None" else int(seed), None if stop_at == "None" else int(stop_at),
-                    None if how == "None" else how)
-    except KeyboardInterrupt:
-        sys.exit(130)  # as a shell reports a process ended by Ctrl-C
+    url, sampler, seed, stop_at, how = sys.argv[1:]
+    run_process(url, sampler, None if seed == "None" else int(seed), None if stop_at == "None" else int(stop_at),
+                None if how == "None" else how)

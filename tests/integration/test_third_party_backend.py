@@ -2,21 +2,14 @@
 (into a folder on PYTHONPATH, not this repository's), registers through the `engine_tuner.backends` entry
 point alone and passes the contract test every built-in backend passes."""
 import os
-import shutil
 import subprocess
 import sys
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+from fixture_backends import REPO, install
 
 
 def test_an_installed_third_party_backend_registers_and_passes_the_contract(tmp_path):
-    source = shutil.copytree(os.path.join(REPO, "tests", "fixtures", "tiny_backend"), tmp_path / "src")
-    site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    "--target", str(site), str(source)], check=True, capture_output=True)
-    assert any(p.endswith(".dist-info") for p in os.listdir(site))  # installed as a distribution, not copied
-    path = os.pathsep.join([str(site)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
-    env = os.environ | {"PYTHONPATH": path, "TUNER_REQUIRE_BACKENDS": "tiny"}  # a skip would fail
+    env = install("tiny_backend", tmp_path) | {"TUNER_REQUIRE_BACKENDS": "tiny"}  # a skip would fail
     listed = subprocess.run([sys.executable, "-c", "from tuner.backends.base import known_backends as k; print(k())"],
                             env=env, capture_output=True, text=True, check=True)
     assert "'tiny'" in listed.stdout
