@@ -112,6 +112,18 @@ def _measure(problem: Problem, evaluator: Evaluator, config: dict, timing: Laten
     return got | {"feasible": problem.requirement.holds(got["metrics"])}  # this study's bounds, whatever stored it
 
 
+def table_name(key: str) -> str:
+    return f"sensitivity-{key}.json"
+
+
+def cached_table(name: str) -> dict | None:
+    """The table stored under `name` by an earlier analysis (marked cached), or None."""
+    table = cache.read_json(name)
+    if table is not None:
+        table["cached"] = True
+    return table
+
+
 def table_key(problem: Problem, route_config: dict, candidates: dict[str, list[str]], budget: int | None,
               base: int = 2) -> str:
     payload = {"model": problem.model_hash, "data": problem.data_hash, "route": route_config, "candidates": candidates,
@@ -155,10 +167,8 @@ def analyze(problem: Problem, route_config: dict, override: LayerOverride, evalu
     known = known or {}
     base = 2 - sum(k in known for k in ("fp32_ms", "error_all_quantized"))
     key = table_key(problem, route_config, candidates, budget, base)
-    name = f"sensitivity-{key}.json"
-    table = cache.read_json(name)
-    if table is not None:
-        table["cached"] = True
+    name = table_name(key)
+    if (table := cached_table(name)) is not None:
         return table
     started = time.perf_counter()
     metric = problem.requirement.primary_metric
@@ -216,10 +226,8 @@ def analyze_activations(problem: Problem, route_config: dict, override: LayerOve
     first; None where the backend cannot give activations. float_config: the float engine compared with."""
     candidates = layer_candidates(override, problem.graph_nodes)
     key = table_key(problem, route_config | {"method": "activations", "float": float_config}, candidates, None)
-    name = f"sensitivity-{key}.json"
-    table = cache.read_json(name)
-    if table is not None:
-        table["cached"] = True
+    name = table_name(key)
+    if (table := cached_table(name)) is not None:
         return table
     started = time.perf_counter()
     io = _activation_tensors(problem, candidates)
