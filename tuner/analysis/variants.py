@@ -132,11 +132,12 @@ def _row(stored: dict, problem: Problem, metric: str) -> dict:
         k: stored[k] for k in ("ratio", "ratio_ci", "ms", "fp32_ms") if k in stored}
 
 
-def choose(rows: list[dict], slower: float = CLEARLY_SLOWER) -> int | None:
+def choose(rows: list[dict], slower: float | None = None) -> int | None:
     """The row to rank layers for: among the built rows that keep layers in float, the lowest error among
     those not clearly slower than the fastest of them (ratio to fp32, or ms, within `slower` x); errors
     within SAME_ERROR of it tie, and a tie goes to the earlier row (the space's defaults first, then one
-    option changed at a time). None: no such row."""
+    option changed at a time). None: no such row. slower: CLEARLY_SLOWER by default."""
+    slower = CLEARLY_SLOWER if slower is None else slower  # read at the call: a test may change it
     built = [i for i, r in enumerate(rows) if "failed" not in r and r.get("layers", True)]
     if not built:
         return None
