@@ -19,7 +19,8 @@ def test_tuner_demo_runs_to_the_end_and_everything_it_names_exists(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
     trials = optuna.load_study(study_name="demo", storage=f"sqlite:///{tmp_path / 'd' / 'demo.db'}").trials
-    assert len(trials) == 3 and all(t.state == TrialState.COMPLETE for t in trials), [t.state for t in trials]
+    finished = [t.state for t in trials if t.state != TrialState.WAITING]  # a greedy candidate may wait past the budget
+    assert finished == [TrialState.COMPLETE] * 3, finished
     exported = re.search(r"exported the (winner|best-effort candidate) to (\S+)/ ", out)
     report = re.search(r"report: (\S+)  \(", out)
     assert exported and report, out
