@@ -30,3 +30,6 @@ def test_tuner_demo_runs_to_the_end_and_everything_it_names_exists(tmp_path):
     assert (tmp_path / "d" / "demo.db").is_file() and (tmp_path / "d" / "demo.onnx").is_file()
     meta = json.loads((winner / "report.json").read_text())
     assert meta["meets_requirement"] is True and meta["study"] == "demo"
+    # verified: the exported engine re-timed in fresh processes, paired and then each alone
+    assert re.search(r"^verify: winner [\d.]+ ms, defaults [\d.]+ ms", out, re.M), out
+    assert meta["verify"]["processes"]["winner"] != meta["verify"]["processes"]["defaults"], meta["verify"]

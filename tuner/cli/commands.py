@@ -180,11 +180,15 @@ def cmd_export(args) -> int:
         print(f"warning: the {'downloaded' if src['kind'] == 'artifact' else 'rebuilt'} engine's error differs from "
               "the stored one by more than 5%", file=sys.stderr)
     if rep["kind"] == "winner" and not args.no_verify:
-        result = _verify(study, os.path.join(args.out, "engine"), rep["backend"], args.allow_metric)
-        rep["verify"] = result
-        with open(os.path.join(args.out, "report.json"), "w") as f:
-            json.dump(rep, f, indent=2, default=str)
+        _verify_export(study, args.out, rep, args.allow_metric)
     return 0
+
+
+def _verify_export(study, out: str, rep: dict, allow_metrics: list[str] | None) -> None:
+    """tuner verify on the engine an export wrote to `out`, its figures added to the export's report.json."""
+    rep["verify"] = _verify(study, os.path.join(out, "engine"), rep["backend"], allow_metrics)
+    with open(os.path.join(out, "report.json"), "w") as f:
+        json.dump(rep, f, indent=2, default=str)
 
 
 def _verify(study, engine_dir: str | None, backend: str | None, allow_metrics: list[str] | None) -> dict:
@@ -240,6 +244,8 @@ def cmd_demo(args) -> int:
     out = os.path.join(args.dir, "winner")
     rep = export_winner(result.study, study_problem(result.study), out, best_effort=result.winner is None, force=True)
     print(f"exported the {rep['kind']} to {out}/ (engine/, config.json, report.json)")
+    if rep["kind"] == "winner":  # the exported engine re-timed as a user would: paired, then each alone
+        _verify_export(result.study, out, rep, None)
     page = write_report(result.study, os.path.join(args.dir, "report.html"), storage)
     print(f"report: {page}  (Pareto front, history, importances, per-layer map)")
     print(f"study: {storage}  (tuner status --study demo --storage {storage})")

@@ -19,7 +19,7 @@ from ..measure.requirement import Requirement
 from ..report.as_run import deployed_text, kept_in_float, not_deployed_lines, precision_text, vs_defaults_text
 from ..report.finalists import finalist_lines
 from ..report.progress import TrialProgress
-from ..search.enqueue import enqueue_defaults, enqueue_found, enqueue_greedy
+from ..search.enqueue import enqueue_defaults, enqueue_float32_defaults, enqueue_found, enqueue_greedy
 from ..search.record import BASELINE, FAIL_REASON, RETRY_OF
 from ..search.study import StudyContext
 from ..search.trials import (
@@ -27,7 +27,7 @@ from ..search.trials import (
     baseline_trial,
     best_feasible,
     completed,
-    is_runtime_defaults,
+    is_first_look,
     latency_of,
     speedup_of,
     was_busy,
@@ -105,8 +105,9 @@ def run_trials(ctx: StudyContext, opts: TuneOptions, budget: Budget | None = Non
 
 
 def defaults_waiting(study: optuna.Study) -> int:
-    """The queued trials of each runtime's defaults (the baseline and the other backends'), run before the analysis."""
-    return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)) if is_runtime_defaults(t))
+    """The queued trials of each runtime's defaults (the baseline and the other backends', and in float32 where
+    they missed the requirement), run before the analysis."""
+    return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)) if is_first_look(t))
 
 
 def capped_jobs(jobs: int, over_cores: bool, cores: int | None = None) -> int:
@@ -149,8 +150,11 @@ def tune_study(opts: TuneOptions) -> TuneResult:
             # each runtime's defaults first (the figures every speedup is read against, within the first
             # minute), then the analysis, whose candidates are queued as each is found, then the search
             ran = run_trials(ctx, opts, budget, most=defaults_waiting(ctx.study))
+            if enqueue_float32_defaults(ctx):  # a runtime whose defaults missed the requirement, in float32
+                ran += run_trials(ctx, opts, budget, most=defaults_waiting(ctx.study), done=ran)
             deadline = None if opts.timeout is None else started + opts.timeout
             ctx = analyze_study(ctx, opts, deadline, on_ranking=enqueue_greedy)
+        enqueue_float32_defaults(ctx)  # a study whose defaults ran before (resumed): once, if not yet
         enqueue_found(ctx, opts.enqueue)
         ran += run_trials(ctx, opts, budget, done=ran)
     winner = ctx.study.user_attrs.get("winner")

@@ -98,9 +98,17 @@ def baseline_trial(study: optuna.Study | list):
     return next((t for t in completed(study) if t.user_attrs.get(BASELINE)), None)
 
 
+FLOAT32_DEFAULTS = " defaults in float32"  # ENQUEUED of a runtime's defaults with its float32 settings
+
+
 def is_runtime_defaults(t) -> bool:
     """A trial of a runtime's own defaults: the baseline, or another backend's (queued as "<backend> defaults")."""
     return bool(t.user_attrs.get(BASELINE)) or str(t.user_attrs.get(ENQUEUED, "")).endswith(" defaults")
+
+
+def is_first_look(t) -> bool:
+    """A trial run before the analysis: a runtime's defaults, or its defaults in float32 (search.enqueue)."""
+    return is_runtime_defaults(t) or str(t.user_attrs.get(ENQUEUED, "")).endswith(FLOAT32_DEFAULTS)
 
 
 def runtime_defaults_trials(trials: list) -> list:

@@ -86,9 +86,12 @@ def test_a_window_above_the_band_retires_the_baseline_process():
         first = time_trial(cand, base, "cpu", LatencyProtocol(max_seconds=5.0), band=_band(12.0))
         assert first.relative.ratio == pytest.approx(0.4) and first.processes == {"candidate": cand.pid,
                                                                                   "baseline": first.processes["baseline"]}
-        assert first.processes["baseline"] not in FakeProcess.alive  # warn: timed once, its process retired
+        # warn: timed once more at once with a fresh baseline process, still above: both processes retired
+        assert first.retimed == timing.RETIMES_WARN and first.processes["baseline"] not in FakeProcess.alive
         second = time_trial(cand, base, "cpu", LatencyProtocol(max_seconds=5.0), band=_band(30.0))
     assert second.processes["baseline"] != first.processes["baseline"] and second.retimed == 0
+    baselines = [pid for pid, folder in FakeProcess.started if folder == "base"]
+    assert len(baselines) == 1 + timing.RETIMES_WARN + 1  # the window, its retime, then a fresh one for `second`
 
 
 def test_wait_times_a_disturbed_window_again_with_a_fresh_baseline_process():
