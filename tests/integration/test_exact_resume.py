@@ -25,7 +25,6 @@ import time
 from dataclasses import replace
 from types import SimpleNamespace
 
-import fixture_backends
 import optuna
 import psutil
 import pytest
@@ -205,6 +204,8 @@ def test_tune_stopped_by_ctrl_c_and_kill_9_then_resumed_proposes_what_a_straight
     """The real `tuner tune`, end to end: a study stopped by a real SIGINT and a real SIGKILL, each while a trial
     builds (a marker the build writes), then resumed by the same command, proposes trial by trial what a study
     run straight through proposes. The clockwork backend makes each config's results the same in every run."""
+    import fixture_backends  # tests/ is on the path under pytest, not when this file runs as a script
+
     env = fixture_backends.install("clockwork_backend", tmp_path)
     write_demo_model(str(tmp_path / "demo.onnx"))
     (tmp_path / "clockwork.yaml").write_text(CLOCKWORK_SPACE)
