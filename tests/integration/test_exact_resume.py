@@ -231,6 +231,9 @@ def test_tune_stopped_by_ctrl_c_and_kill_9_then_resumed_proposes_what_a_straight
 
 
 if __name__ == "__main__":
-    url, sampler, seed, stop_at, how = sys.argv[1:]
-    run_process(url, sampler, None if seed == "None" else int(seed), None if stop_at == "None" else int(stop_at),
-                None if how == "None" else how)
+    url, name, seed, stop_at, how = sys.argv[1:]
+    try:
+        run_process(url, name, None if seed == "None" else int(seed), None if stop_at == "None" else int(stop_at),
+                    None if how == "None" else how)
+    except KeyboardInterrupt:
+        sys.exit(130)  # as a shell reports a process ended by Ctrl-C
