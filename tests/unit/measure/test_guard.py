@@ -31,3 +31,8 @@ def test_a_noisy_history_widens_the_band_by_its_spread():
 def test_the_band_round_trips_through_a_dict():
     band = BaselineBand.from_history([10.0, 11.0, 12.0])
     assert BaselineBand.from_dict(band.to_dict()) == band and BaselineBand.from_dict(None) is None
+
+
+def test_a_window_at_the_top_of_the_band_holds():
+    band = BaselineBand.from_history([10.0] * MIN_WINDOWS)
+    assert band.holds(band.high_ms) and not band.holds(band.high_ms * 1.0001)

@@ -31,3 +31,7 @@ def test_violations_are_value_minus_limit_and_the_limit_itself_holds():
     assert r.holds({"cos": 0.005, "snr_db": -40.0})  # at the limit: feasible (Optuna's value <= 0)
     assert not r.holds({"cos": 0.0050001, "snr_db": -41.0})
     assert not r.holds({"cos": 0.001, "snr_db": -39.9})
+
+
+def test_a_metric_the_run_did_not_give_violates_its_bound():
+    assert Requirement.parse("cos<=0.01").violations({}) == {"cos<=0.01": 1e30}
