@@ -29,7 +29,6 @@ import optuna
 import psutil
 import pytest
 
-from tuner.cli.demo import write_demo_model
 from tuner.execute.isolate import TrialFailure
 from tuner.inputs.space import SPACES_DIR, load_space
 from tuner.measure.requirement import Requirement
@@ -157,24 +156,15 @@ def test_a_stopped_and_resumed_study_proposes_what_a_straight_run_does(tmp_path,
 
 
 
-CLOCKWORK_SPACE = """\
-name: clockwork
-backend: clockwork
-parameters:
-  a: {type: int, low: 0, high: 15, default: 0}
-  b: {type: categorical, choices: [p, q, r, s], default: p}
-  c: {type: bool, default: false}
-  d: {type: int, low: 1, high: 8, default: 1}
-"""
 TUNE_TRIALS = 30
 TUNE_STOPS = {12: signal.SIGINT, 21: signal.SIGKILL}  # the build numbered so, across the stopped study's runs
 
 
 def _tune(tmp_path, env: dict, db: str, max_trials: int, stall_at: int | None = None) -> subprocess.Popen:
     """`tuner tune` over the clockwork backend (results fixed by the config: tests/fixtures/clockwork_backend)."""
-    args = ["tune", str(tmp_path / "demo.onnx"), "--space", str(tmp_path / "clockwork.yaml"), "--study", "s",
-            "--storage", f"sqlite:///{tmp_path / db}", "--shape", "x=2x64x256", "--require", "cos<=0.005",
-            "--seed", "7", "--max-trials", str(max_trials), "--no-select", "--quiet", "--max-timing-s", "0.3"]
+    import fixture_backends
+
+    args = fixture_backends.clockwork_tune_args(tmp_path, db, max_trials)
     folder = tmp_path / f"{db}.builds"
     folder.mkdir(exist_ok=True)
     env = env | {"CLOCKWORK_DIR": str(folder), "TUNER_CACHE": str(tmp_path / "cache")}
@@ -206,9 +196,7 @@ def test_tune_stopped_by_ctrl_c_and_kill_9_then_resumed_proposes_what_a_straight
     run straight through proposes. The clockwork backend makes each config's results the same in every run."""
     import fixture_backends  # tests/ is on the path under pytest, not when this file runs as a script
 
-    env = fixture_backends.install("clockwork_backend", tmp_path)
-    write_demo_model(str(tmp_path / "demo.onnx"))
-    (tmp_path / "clockwork.yaml").write_text(CLOCKWORK_SPACE)
+    env = fixture_backends.clockwork_study(tmp_path)
     for stall_at, sig in TUNE_STOPS.items():
         _stopped_at(_tune(tmp_path, env, "stopped.db", TUNE_TRIALS + 1, stall_at),
                     tmp_path / "stopped.db.builds" / f"stalled-{stall_at}", sig)

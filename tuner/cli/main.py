@@ -4,13 +4,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
-import signal
 import sys
-import threading
 
 from .. import __version__
 from ..backends.tensorrt.cli import add_routes_parser
-from ..errors import Terminated, UserError
+from ..errors import Terminated, UserError, install_stops, restore_stops
 from ..search.choices import SAMPLERS, SENSITIVITY_METHODS, TRIAL_SORTS, WHEN_BUSY, Objectives, Timing, values
 
 
@@ -355,14 +353,9 @@ def _add_inspect_parsers(sub) -> None:
     p.set_defaults(run="tuner.cli.commands_inspect:cmd_profile")
 
 
-def _terminate(signum, frame) -> None:
-    raise Terminated()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(_normalize_argv(sys.argv[1:] if argv is None else argv))
-    in_main = threading.current_thread() is threading.main_thread()  # only there may a signal handler be set
-    previous = signal.signal(signal.SIGTERM, _terminate) if in_main else None
+    previous = install_stops()  # Ctrl-C and SIGTERM stop at a safe point, never inside a storage write
     try:
         # "function" in commands.py, or "module:function" (a backend's own command); heavy libraries load here
         module, _, function = args.run.rpartition(":")
@@ -378,8 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         print("tuner: interrupted", file=sys.stderr)
         return 130
     finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)  # main() called in-process (tests, the API) leaves it as it was
+        restore_stops(previous)  # main() called in-process (tests, the API) leaves the handlers as they were
 
 
 if __name__ == "__main__":

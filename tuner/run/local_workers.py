@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from optuna.trial import TrialState
 
+from ..errors import GATE, install_stops
 from ..execute.isolate import TrialFailure
 from ..execute.jobs import Evaluator
 from ..execute.orphans import end_with_parent
@@ -100,11 +101,14 @@ def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: 
     try:
         while (most is None or ran < most) and budget.take() and claims.acquire():
             ran += 1
-            try:
-                ctx.study.optimize(claims.wrap(objective), n_trials=1, catch=(TrialFailure,), callbacks=callbacks,
-                                   gc_after_trial=False)
-            finally:
-                claims.release()
+            # a stop inside Optuna's ask or tell waits for the objective (which fails the trial with its
+            # reason) or for the trial's end; the claim (a lock wait) stays outside, where a stop acts at once
+            with GATE.deferred():
+                try:
+                    ctx.study.optimize(claims.wrap(objective), n_trials=1, catch=(TrialFailure,),
+                                       callbacks=callbacks, gc_after_trial=False)
+                finally:
+                    claims.release()
             if exhausted is not None and exhausted(ctx.study):
                 budget.stop()
     finally:
@@ -114,6 +118,7 @@ def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: 
 
 def _worker_main(url: str, study: str, opts: TuneOptions, index: int, budget: Budget, done: mp.Queue) -> None:
     end_with_parent(mp.parent_process().pid)  # a worker never outlives the tuning process, even one killed by kill -9
+    install_stops()
     try:
         # what the user's command allowed, not what the database names now (it may have been rewritten since)
         allowed = allowed_metrics(opts.allow_metrics, Requirement.parse(opts.require, load_user_metrics=False)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import optuna
 from optuna.trial import TrialState
 
-from ..errors import UserError
+from ..errors import GATE, UserError
 from ..execute.isolate import TrialFailure
 from ..execute.timing import ALONE_SECONDS
 from ..inputs.user_paths import check_writable_dir
@@ -71,16 +71,17 @@ def recover_stale_trials(study: optuna.Study) -> list[int]:
     """Fail trials a killed process left RUNNING and queue their configs once more."""
     stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     for t in stale:
-        # the reason first: a finished trial's attrs cannot change
-        study._storage.set_trial_user_attr(t._trial_id, FAIL_REASON, "the tuning process died during this trial")
-        # as Optuna fails a stale trial (storages._heartbeat.fail_stale_trials): in the storage, not by
-        # study.tell, whose sampler.after_trial would take in a trial that has no result (the grid sampler's
-        # calls study.stop when the trial held its last point to visit: an error outside optimize)
-        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        if RETRY_OF not in t.user_attrs:
-            study.enqueue_trial(t.params, user_attrs={RETRY_OF: t.number} | (
-                {BASELINE: True} if t.user_attrs.get(BASELINE) else {}))
+        with GATE.deferred():  # failed and queued again, or neither
+            # the reason first: a finished trial's attrs cannot change
+            study._storage.set_trial_user_attr(t._trial_id, FAIL_REASON, "the tuning process died during this trial")
+            # as Optuna fails a stale trial (storages._heartbeat.fail_stale_trials): in the storage, not by
+            # study.tell, whose sampler.after_trial would take in a trial that has no result (the grid sampler's
+            # calls study.stop when the trial held its last point to visit: an error outside optimize)
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            if RETRY_OF not in t.user_attrs:
+                study.enqueue_trial(t.params, user_attrs={RETRY_OF: t.number} | (
+                    {BASELINE: True} if t.user_attrs.get(BASELINE) else {}))
     return [t.number for t in stale]
 
 

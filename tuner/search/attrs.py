@@ -21,12 +21,19 @@ from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from sqlalchemy.dialects import postgresql, sqlite
 
+from ..errors import GATE
+
 UPSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}  # the dialects with INSERT ... ON CONFLICT
 
 
 def write_trial(trial: optuna.Trial, attrs: dict[str, Any], constraints: dict[str, float] | None = None) -> None:
     """trial.set_user_attr for each of attrs and trial.set_constraint for each of constraints, in one
-    transaction where the storage is a database."""
+    transaction where the storage is a database; a stop (Ctrl-C, SIGTERM) waits for the write's end."""
+    with GATE.deferred():
+        _write_trial(trial, attrs, constraints)
+
+
+def _write_trial(trial: optuna.Trial, attrs: dict[str, Any], constraints: dict[str, float] | None) -> None:
     constraints = {bound: float(value) for bound, value in (constraints or {}).items()}
     for bound, value in constraints.items():
         if math.isnan(value):

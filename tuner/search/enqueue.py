@@ -6,7 +6,7 @@ from __future__ import annotations
 from optuna.trial import TrialState
 
 from ..backends.base import get_backend
-from ..errors import UserError
+from ..errors import GATE, UserError
 from ..inputs.configs import defaults_chooser, normalize, parse_set, trial_params
 from ..inputs.space import BACKEND, Space
 from ..problem.spec import Problem
@@ -73,14 +73,16 @@ def enqueue_defaults(ctx: StudyContext) -> None:
     grid = ctx.settings.sampler == "grid"
     rankings = ctx.settings.rankings
     if not study.user_attrs.get(BASELINE_ENQUEUED):
-        study.enqueue_trial(baseline_params(ctx), user_attrs={BASELINE: True})
-        study.set_user_attr(BASELINE_ENQUEUED, True)
+        with GATE.deferred():  # queued and marked, or neither (a resume would queue it twice)
+            study.enqueue_trial(baseline_params(ctx), user_attrs={BASELINE: True})
+            study.set_user_attr(BASELINE_ENQUEUED, True)
     chooser = problem.space.param(BACKEND)
     for backend in chooser.choices if chooser is not None else []:
         if backend != chooser.default and not study.user_attrs.get(f"defaults_enqueued/{backend}"):
-            study.enqueue_trial(params_for(problem.space, problem.graph_nodes, {BACKEND: backend}, grid, rankings),
-                                user_attrs={ENQUEUED: f"{backend} defaults"})
-            study.set_user_attr(f"defaults_enqueued/{backend}", True)
+            with GATE.deferred():
+                study.enqueue_trial(params_for(problem.space, problem.graph_nodes, {BACKEND: backend}, grid,
+                                               rankings), user_attrs={ENQUEUED: f"{backend} defaults"})
+                study.set_user_attr(f"defaults_enqueued/{backend}", True)
 
 
 def enqueue_float32_defaults(ctx: StudyContext) -> int:
@@ -101,12 +103,13 @@ def enqueue_float32_defaults(ctx: StudyContext) -> int:
         done = f"float32_enqueued/{backend}"
         if study.user_attrs.get(done):
             continue
-        study.set_user_attr(done, True)
         params = params_for(problem.space, problem.graph_nodes, {BACKEND: backend} if multi else {}, grid, rankings,
                             by_key=get_backend(backend).float32)
-        if params != t.params:  # the space offers the settings: another engine than the defaults
-            study.enqueue_trial(params, user_attrs={ENQUEUED: backend + FLOAT32_DEFAULTS}, skip_if_exists=True)
-            queued += 1
+        with GATE.deferred():
+            study.set_user_attr(done, True)
+            if params != t.params:  # the space offers the settings: another engine than the defaults
+                study.enqueue_trial(params, user_attrs={ENQUEUED: backend + FLOAT32_DEFAULTS}, skip_if_exists=True)
+                queued += 1
     return queued
 
 
@@ -133,6 +136,7 @@ def enqueue_greedy(ctx: StudyContext) -> None:
             if BACKEND in r["route"]:
                 values[BACKEND] = r["route"][BACKEND]
             by_key = (r.get("variant") or {}) | (r.get("settings") or {})
-            study.enqueue_trial(params_for(problem.space, problem.graph_nodes, values, grid, rankings, by_key),
-                                user_attrs={ENQUEUED: "greedy"})
-            study.set_user_attr(f"greedy_enqueued/{r['table_key']}", True)
+            with GATE.deferred():
+                study.enqueue_trial(params_for(problem.space, problem.graph_nodes, values, grid, rankings, by_key),
+                                    user_attrs={ENQUEUED: "greedy"})
+                study.set_user_attr(f"greedy_enqueued/{r['table_key']}", True)

@@ -11,7 +11,7 @@ from typing import Protocol
 import optuna
 from optuna.trial import TrialState
 
-from ..errors import Terminated
+from ..errors import GATE, Terminated
 from ..inputs.configs import normalize, route_choice, trial_chooser
 from ..measure.guard import BaselineBand
 from ..measure.machine import same_machine
@@ -69,17 +69,20 @@ class Objective:
         self.grid_names = set(grid_space(ctx.problem.space)) if ctx.settings.sampler == "grid" else None
 
     def __call__(self, trial: optuna.Trial):
-        try:
-            return self._run(trial)
-        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM, wherever in the trial: Optuna fails it and re-raises
-            how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
-            trial.set_user_attr(FAIL_REASON, f"{how} during this trial")
-            raise
+        with GATE.opened():  # a stop that came during Optuna's ask lands here; one during the trial, at once
+            try:
+                return self._run(trial)
+            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM, wherever in the trial: Optuna fails it and re-raises
+                how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+                with GATE.deferred():
+                    trial.set_user_attr(FAIL_REASON, f"{how} during this trial")
+                raise
 
     def _run(self, trial: optuna.Trial):
         ctx = self.ctx
-        config = normalize(ctx.problem.space, trial_chooser(trial, self.grid_names), ctx.problem.graph_nodes,
-                           ctx.settings.rankings)
+        with GATE.deferred():  # each suggestion is a storage write: a stop waits for them (a few ms)
+            config = normalize(ctx.problem.space, trial_chooser(trial, self.grid_names), ctx.problem.graph_nodes,
+                               ctx.settings.rankings)
         key = build_key(ctx.settings, config)
         write_trial(trial, {**self.trial_attrs, CONFIG: config, BUILD_KEY: key, MACHINE: ctx.settings.machine})
         done = trials_of_this_trial(ctx.study, (TrialState.COMPLETE,))  # the read the sampler made for this trial
