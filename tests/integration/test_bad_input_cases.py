@@ -114,6 +114,13 @@ CASES = [
          absent=("studies",)),
     Case("a requirement that does not parse", _tune("{demo}", *SHAPE, "--require", "cos<0.1"), 2, ("cos<0.1",),
          absent=("studies",)),
+    Case("a model of an opset the runtimes do not read", _tune("{opset99}", *SHAPE), 2,
+         ("the model is opset 99, but onnxruntime reads up to opset", "computes the reference outputs",
+          "opset_version="), absent=("studies",)),
+    Case("a requirement whose limit is not finite", _tune("{demo}", *SHAPE, "--require", "cos<=1e999"), 2,
+         ("cos<=1e999", "not a finite number"), absent=("studies",)),
+    Case("an --enqueue item with no parameter name", _tune("{demo}", *SHAPE, "--enqueue", "precision=fp32,=3"), 2,
+         ("--enqueue 'precision=fp32,=3'", "expected KEY=VALUE"), absent=("studies",)),
     Case("an unknown metric", _tune("{demo}", *SHAPE, "--require", "accuracy<=0.1"), 2, ("unknown metric",),
          absent=("studies",)),
     Case("an unknown key in a space file", _tune("{demo}", *SHAPE, "--space", "{unknown_key_space}"), 2,
@@ -185,6 +192,10 @@ def inputs(tmp_path_factory, demo_path):
     x4 = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
     files["broken"] = _model(d / "broken.onnx", [helper.make_node("Add", ["x", "nowhere"], ["y"])], [x4],
                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], opsets=())
+    future = onnx.load(demo_path)  # the demo stamped with an opset no runtime of today reads
+    future.opset_import[0].version = 99
+    onnx.save(future, d / "opset99.onnx")
+    files["opset99"] = str(d / "opset99.onnx")
     (d / "notonnx.onnx").write_text("hello")
     files["not_onnx"] = str(d / "notonnx.onnx")
     for name, array in {"nan_data": np.full((2, 2, 64, 256), np.nan, np.float32),

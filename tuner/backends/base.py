@@ -150,6 +150,11 @@ class Backend(abc.ABC):
         cannot say, and layers are ranked by builds instead."""
         return None
 
+    def reads_opset(self, opset: int) -> bool:
+        """Whether this runtime reads a model of this ai.onnx opset (a one-node model of it, tried). A backend
+        that cannot say is let try: True."""
+        return True
+
     def why_unknown(self, parameter: str) -> str:
         """What is wrong with a parameter knows() refused (one phrase; "" when there is nothing to add)."""
         return ""
@@ -266,6 +271,15 @@ def backend_devices(names: Iterable[str]) -> dict[str, dict]:
         if backend.device != "cpu":
             out[backend.device] = backend.device_info()
     return out
+
+
+def highest_opset(backend: Backend, below: int) -> int:
+    """The highest ai.onnx opset under `below` that backend.reads_opset accepts (0: none), by bisection."""
+    low, high = 0, below  # reads low (0: by convention), not high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if backend.reads_opset(mid) else (low, mid)
+    return low
 
 
 def repeat_runs(run: Callable[[], object], runs: int, max_seconds: float) -> None:

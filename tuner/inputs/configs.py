@@ -69,7 +69,7 @@ def parse_set(items: list[str] | None, space: Space) -> dict[str, Any]:
     out = {}
     for item in items or []:
         k, sep, v = item.partition("=")
-        if not sep:
+        if not sep or not k.strip():
             raise UserError(f"--set {item!r}: expected KEY=VALUE")
         value = yaml.safe_load(v)
         if k in by_name:

@@ -50,6 +50,9 @@ class Requirement:
             if ":" in metric and load_user_metrics:
                 locate_metric(metric)
             limit = float(m.group(2))
+            if not np.isfinite(limit):  # 1e999: a bound nothing can miss, and no stored number reads back
+                raise UserError(f"requirement {part.strip()!r}: the limit is not a finite number; give one like "
+                                f"{metric}<=0.005")
             if limit < METRIC_FLOOR.get(metric, -float("inf")):
                 raise UserError(f"requirement {part.strip()!r}: {metric} is an error of at least {METRIC_FLOOR[metric]:g} "
                                 f"(0 is identical), so no engine can meet it; give a limit of 0 or more, e.g. {metric}<=0.005")

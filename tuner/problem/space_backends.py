@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from ..backends.base import available_backends, get_backend, known_backends
+from ..backends.base import available_backends, get_backend, highest_opset, known_backends
 from ..errors import UserError
 from ..inputs.space import BACKEND, ROUTE_KEY, Space
 
@@ -63,3 +63,23 @@ def check_backends(space: Space) -> tuple[Space, list[str]]:
                 raise UserError(f"{space.path}: parameters.{p.name}: unknown route {bad[0]!r}; "
                                 f"the routes are {', '.join(routes)}")
     return space, notes
+
+
+REFERENCE_BACKEND = "onnxruntime"  # computes the reference outputs (problem.reference) unless --ref-outputs
+
+
+def check_opset(path: str, opset: int, space: Space, reference: bool) -> None:
+    """Refuse, before anything is written, a model whose ai.onnx opset the runtimes here cannot read: the
+    reference's (ONNX Runtime's, where the reference is computed) or every backend of the space. Else every
+    trial would fail to build and the study would end with exit 3."""
+    names = list(dict.fromkeys(([REFERENCE_BACKEND] if reference else []) + list(space.backends)))
+    refusing = [n for n in names if not get_backend(n).reads_opset(opset)]
+    reference_refuses = reference and REFERENCE_BACKEND in refusing
+    if not reference_refuses and not all(n in refusing for n in space.backends):
+        return  # a backend that cannot read it fails its trials; the search learns the route's failure
+    maxima = {n: highest_opset(get_backend(n), opset) for n in refusing}
+    lowest = min(maxima.values())
+    who = " and ".join(f"{n} reads up to opset {m}" for n, m in maxima.items())
+    why = " (it computes the reference outputs)" if reference and REFERENCE_BACKEND in refusing else ""
+    raise UserError(f"{path}: the model is opset {opset}, but {who} here{why}; export it at opset {lowest} or "
+                    f"lower (torch.onnx.export(..., opset_version={lowest}))")

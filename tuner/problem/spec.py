@@ -18,6 +18,7 @@ from ..inputs.model import (
     ModelFile,
     TensorSpec,
     check_shapes_match_data,
+    default_opset,
     input_specs,
     load_model,
     output_specs,
@@ -28,7 +29,7 @@ from ..inputs.model import model_hash as hash_model
 from ..inputs.ref_outputs import load_ref_outputs
 from ..inputs.space import BACKEND, Space, load_space
 from ..measure.requirement import Requirement
-from .space_backends import check_backends
+from .space_backends import check_backends, check_opset
 
 
 @dataclass
@@ -102,6 +103,8 @@ def load_problem(model_path: str, space_path: str | None = None, data: str | Non
     requirement = Requirement.parse(require) if requirement is None else requirement
     space, notes = check_backends(load_space(space_path))
     proto = load_model(model_path, check=model_hash is None)
+    if model_hash is None:  # the parent's check (a trial child trusts it)
+        check_opset(model_path, default_opset(proto), space, reference=not ref_outputs)
     model_hash = model_hash or hash_model(model_path)
     spec = ProblemSpec(model_path, space_path, data, calib_data, shapes, int_ranges, str(requirement) or None,
                        n_batches, n_calib, model_hash, ref_outputs)

@@ -48,8 +48,8 @@ def parse_enqueue(problem: Problem, settings: StudySettings, items: list[str]) -
         sets = [s for s in item.split(",") if s.strip()]
         try:
             values = parse_set(sets, problem.space)
-        except UserError as exc:
-            raise UserError(str(exc).replace("--set", "--enqueue", 1)) from None
+        except UserError as exc:  # the item as given, then what parse_set found wrong in it
+            raise UserError(f"--enqueue {item!r}: {str(exc).removeprefix('--set ')}") from None
         out.append(params_for(problem.space, problem.graph_nodes, values, settings.sampler == "grid",
                               settings.rankings))
     return out

@@ -9,6 +9,7 @@ from tuner.measure.requirement import Requirement
     ("cos<0.1", "requirement 'cos<0.1' does not parse; write METRIC<=LIMIT"),
     ("nosuch<=1", "requirement 'nosuch<=1': unknown metric 'nosuch'; known: cos,"),
     ("cos<=abc", "requirement 'cos<=abc' does not parse"),
+    ("cos<=1e999", "requirement 'cos<=1e999': the limit is not a finite number"),
     ("module_without_fn<=1", "requirement 'module_without_fn<=1': unknown metric 'module_without_fn'"),
     ("os:no_such_fn<=1", "metric 'os:no_such_fn': not a function defined in os's source"),  # read, not imported
 ])

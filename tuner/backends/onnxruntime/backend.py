@@ -2,6 +2,7 @@
 engine = the rewritten model file + session_options.json."""
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import shutil
@@ -71,6 +72,9 @@ class OnnxRuntimeBackend(Backend):
     routes = ROUTES
     quantizing_routes = QUANTIZING_ROUTES
 
+    def reads_opset(self, opset: int) -> bool:
+        return _reads_opset(opset)
+
     def versions(self) -> dict[str, str]:
         return {"onnxruntime": ort.__version__}
 
@@ -119,3 +123,22 @@ class OnnxRuntimeBackend(Backend):
 
     def node_times(self, model: ModelFile, batches: list[Batch], workdir: str) -> dict[str, float]:
         return node_time_shares(model.path, batches, workdir)
+
+
+@functools.cache
+def _reads_opset(opset: int) -> bool:
+    """A session of a one-node model (Relu) stamped with the opset: ONNX Runtime refuses, at load, an opset
+    above the ONNX release it was built with (1.32: 28); under a millisecond."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001  any refusal of the probe is a refusal of the opset
+        return False
+    return True
