@@ -9,10 +9,10 @@ from .errors import UserError
 from .problem.spec import Problem
 from .run.options import TuneOptions
 from .run.tune import TuneResult, tune_study
+from .search.reading import load_checked
 from .search.settings import SETTINGS_ATTR, allowed_metrics, check_metrics
 from .search.study import stored_settings
 from .store.storage import default_url
-from .store.storage import load_study as _load_study
 from .winner.export import export_winner
 from .winner.select import select_winner
 
@@ -24,7 +24,7 @@ def tune(model: str | None = None, study: str = "demo", **options) -> TuneResult
 
 def load_study(study: str, storage: str | None = None) -> optuna.Study:
     """Open an existing study for reading (works while another process writes it; creates nothing)."""
-    return _load_study(study, storage or default_url(study), reading=True)
+    return load_checked(study, storage or default_url(study), reading=True)
 
 
 def study_problem(study: optuna.Study, allow_metrics: Iterable[str] = ()) -> Problem:
@@ -38,11 +38,11 @@ def study_problem(study: optuna.Study, allow_metrics: Iterable[str] = ()) -> Pro
 
 
 def select(study: str, storage: str | None = None, top_k: int = 3, allow_metrics: Iterable[str] = ()) -> dict | None:
-    s = _load_study(study, storage or default_url(study))
+    s = load_checked(study, storage or default_url(study))
     return select_winner(s, study_problem(s, allow_metrics), top_k)
 
 
 def export(study: str, out: str, storage: str | None = None, best_effort: bool = False, force: bool = False,
            allow_metrics: Iterable[str] = ()) -> dict:
-    s = _load_study(study, storage or default_url(study))
+    s = load_checked(study, storage or default_url(study))
     return export_winner(s, study_problem(s, allow_metrics), out, best_effort, force=force)

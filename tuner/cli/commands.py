@@ -33,8 +33,9 @@ from ..run.options import TuneOptions, engines_dir
 from ..run.proxy import serve
 from ..run.remote_worker import run_worker, worker_name
 from ..run.tune import TuneResult, describe_result, tune_study
+from ..search.reading import load_checked
 from ..search.trials import study_outcome
-from ..store.storage import default_url, load_study, local_storage_urls, migrate, open_for_reading
+from ..store.storage import default_url, local_storage_urls, migrate, open_for_reading
 from ..winner.export import export_winner
 from ..winner.export_files import MANIFEST, check_out_dir
 from ..winner.select import select_winner
@@ -146,7 +147,7 @@ def _outcome(study) -> int:
 
 
 def cmd_select(args) -> int:
-    study = load_study(args.study, args.storage or default_url(args.study))
+    study = load_checked(args.study, args.storage or default_url(args.study))
     problem = study_problem(study, args.allow_metric or ())
     print_notes(problem.notes)
     try:
@@ -160,7 +161,7 @@ def cmd_select(args) -> int:
 
 def cmd_export(args) -> int:
     check_out_dir(args.out, args.force)  # before anything loads: a refusal is the only line
-    study = load_study(args.study, args.storage or default_url(args.study))
+    study = load_checked(args.study, args.storage or default_url(args.study))
     problem = study_problem(study, args.allow_metric or ())
     print_notes(problem.notes)
     try:
@@ -202,7 +203,7 @@ def _verify(study, engine_dir: str | None, backend: str | None, allow_metrics: l
 
 
 def cmd_verify(args) -> int:
-    study = load_study(args.study, args.storage or default_url(args.study))
+    study = load_checked(args.study, args.storage or default_url(args.study))
     engine_dir, backend = None, None
     if args.engine:
         report = os.path.join(args.engine, "report.json")
@@ -217,7 +218,7 @@ def cmd_verify(args) -> int:
 
 def cmd_status(args) -> int:
     url = args.storage or default_url(args.study)
-    study = load_study(args.study, url, reading=True)
+    study = load_checked(args.study, url, reading=True)
     for line in status_lines(study, url, engines_dir(args.study, url)):
         print(line)
     return 0
@@ -325,7 +326,7 @@ def cmd_worker(args) -> int:
     budget = f" of the study's budget {rep['max_trials']}" if rep["max_trials"] else ""
     print(f"worker {worker_name()} (machine {rep['machine']}{', not the study machine' if rep['other_machine'] else ''}): "
           f"{rep['ran']} trials run; study: {rep['finished']} finished{budget}, {rep['running']} running")
-    return _outcome(load_study(args.study, args.storage, reading=True))
+    return _outcome(load_checked(args.study, args.storage, reading=True))
 
 
 def cmd_migrate(args) -> int:
@@ -336,7 +337,7 @@ def cmd_migrate(args) -> int:
 
 def cmd_report(args) -> int:
     url = args.storage or default_url(args.study)
-    view = StudyView.of(load_study(args.study, url, reading=True))
+    view = StudyView.of(load_checked(args.study, url, reading=True))
     write_report(view, args.out, url)
     print(f"report of study {args.study} ({len(view.trials)} trials, {len(view.feasible)} feasible) written to {args.out}")
     return 0

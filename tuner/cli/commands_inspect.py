@@ -13,11 +13,12 @@ from ..inputs.user_paths import check_output_file
 from ..measure.requirement import Requirement
 from ..report.profile_table import attribute, by_op, profile_lines, profile_rows
 from ..report.trials_table import sort_rows, table_lines, trial_rows, write_csv
+from ..search.reading import load_checked
 from ..search.record import CONFIG
 from ..search.settings import SETTINGS_ATTR
 from ..search.study import stored_settings
 from ..search.trials import baseline_trial, best_feasible, latency_of, speedup_of
-from ..store.storage import default_url, load_study
+from ..store.storage import default_url
 from ..winner.select import WINNER_ATTR
 
 
@@ -25,7 +26,7 @@ def cmd_trials(args) -> int:
     if args.csv:
         check_output_file(args.csv, "--csv")
     url = args.storage or default_url(args.study)
-    view, rows = trial_rows(load_study(args.study, url, reading=True))
+    view, rows = trial_rows(load_checked(args.study, url, reading=True))
     rows = sort_rows(rows, args.sort)
     for line in table_lines(view, rows):
         print(line)
@@ -58,7 +59,7 @@ def _profiled_trial(study, number: int | None):
 
 def cmd_profile(args) -> int:
     url = args.storage or default_url(args.study)
-    study = load_study(args.study, url, reading=True)
+    study = load_checked(args.study, url, reading=True)
     settings = stored_settings(study, load_user_metrics=False)
     if settings is None:
         raise UserError(f"study {args.study!r} was not made by engine-tuner (no {SETTINGS_ATTR})")

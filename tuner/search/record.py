@@ -4,7 +4,13 @@ earlier versions read back the same way."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import Any, get_type_hints
+
+from ..measure.latency import LatencyStats
+from ..measure.load import Load
+from ..measure.paired import RelativeLatency
+from .failures import KNOWN_FAILURE
+from .shapes import conforms, describe
 
 # What a trial records beside its measurement (set by the search and the run code).
 CONFIG = "config"
@@ -89,3 +95,25 @@ class TrialRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# The stored type of each trial attribute the readers use: TrialRecord's fields (its plain-dict fields by the
+# record they hold), then what the search and the run code record beside them. A trial whose attribute has
+# another type is left out of reading commands with a note (search.reading).
+STORED_TYPES: dict[str, Any] = get_type_hints(TrialRecord) | {
+    "latency": LatencyStats, "baseline_latency": LatencyStats | None, "relative": RelativeLatency | None,
+    "load": Load | None, MACHINE: dict, BUILD_KEY: str, BASELINE: bool, BASELINE_MACHINE: str,
+    REUSED_FROM: int, FAIL_REASON: str, RETRY_OF: int, ENQUEUED: str, WORKER: str, LOCK_WAIT_S: float,
+    KNOWN_FAILURE: dict,
+}
+
+
+def stored_fault(attrs: dict[str, Any]) -> str | None:
+    """What is wrong with a trial's stored attributes, in words (the first attribute of another type than
+    engine-tuner writes), or None."""
+    for key, hint in STORED_TYPES.items():
+        if key in attrs and not conforms(attrs[key], hint):
+            value = attrs[key]
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            return f"attribute {key!r} is {type(value).__name__} {shown}; expected {describe(hint)}"
+    return None

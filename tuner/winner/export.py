@@ -15,6 +15,7 @@ from ..errors import UserError
 from ..execute.jobs import Evaluator
 from ..problem.spec import Problem
 from ..report.as_run import deployed_text, precision_text, vs_defaults_text
+from ..search.reading import CheckedStudy
 from ..store.artifacts import check_files, engine_of, fetch_engine, note, resolve_store
 from .export_files import check_out_dir, install, staging_dir
 from .select import BEST_EFFORT_ATTR, WINNER_ATTR
@@ -38,6 +39,10 @@ def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effo
         kind = "best-effort (does not meet the requirement)"
         if not chosen:
             raise UserError(f"study {study.study_name!r} has no completed trial to export")
+    fault = study.fault_of(chosen.get("trial")) if isinstance(study, CheckedStudy) else None
+    if fault:
+        raise UserError(f"study {study.study_name!r}: the {kind.split()[0]}, trial {chosen.get('trial')}, cannot be "
+                        f"exported: {fault}")
     check_out_dir(out_dir, force)
     store = resolve_store(study, artifacts)
     record = None if rebuild or store is None else engine_of(study, chosen)
