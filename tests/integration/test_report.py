@@ -2,6 +2,7 @@
 
 The expected Pareto front, best-so-far line and override rates are computed here from the stored
 trials, so the tests hold whatever the latencies measured on this machine are."""
+import html
 import json
 import os
 import re
@@ -270,3 +271,64 @@ def test_report_renders_in_headless_chromium(name, study, hopeless, tmp):
     assert plots == (4 if name == "r" else 1)  # the hopeless study: only the Pareto chart (with its note)
 
 
+
+
+# Markup a stored string could carry (issue 43): run, it would mark the page's body.
+OWNED = "document.body.setAttribute('data-owned','1')"
+PAYLOAD = f"<img src=x onerror=\"{OWNED}\"><script>{OWNED}</script>"
+
+
+def _plant_markup(study_db, to_db) -> None:
+    """A copy of the study with PAYLOAD in every kind of stored string the report shows: a failed trial's
+    reason, its queue label and worker, each completed trial's layer names (config keys) and a config value
+    (in the charts' hover text), and the study's model path and notes (in the summary table)."""
+    with sqlite3.connect(study_db) as src, sqlite3.connect(to_db) as copy:
+        src.backup(copy)
+    with sqlite3.connect(to_db) as db:
+        ids = dict(db.execute("SELECT number, trial_id FROM trials"))
+        states = dict(db.execute("SELECT number, state FROM trials"))
+        failed = next(n for n, s in states.items() if s == "FAIL")
+        done = [n for n, s in states.items() if s == "COMPLETE"]
+        put = "UPDATE trial_user_attributes SET value_json=? WHERE trial_id=? AND key=?"
+        db.execute(put, (json.dumps(PAYLOAD), ids[failed], "fail_reason"))
+        for key in ("enqueued", "worker"):
+            db.execute("INSERT INTO trial_user_attributes (trial_id, key, value_json) VALUES (?, ?, ?)",
+                       (ids[failed], key, json.dumps(PAYLOAD)))
+        for n in done:
+            (config,) = db.execute("SELECT value_json FROM trial_user_attributes WHERE trial_id=? AND key='config'",
+                                   (ids[n],)).fetchone()
+            config = json.loads(config) | {f"keep_float/{PAYLOAD}": True, "intra_op_num_threads": PAYLOAD}
+            db.execute(put, (json.dumps(config), ids[n], "config"))
+        (settings,) = db.execute("SELECT value_json FROM study_user_attributes WHERE key='tuner_settings'").fetchone()
+        settings = json.loads(settings) | {"model_path": f"/models/{PAYLOAD}.onnx", "notes": [PAYLOAD]}
+        db.execute("UPDATE study_user_attributes SET value_json=? WHERE key='tuner_settings'", (json.dumps(settings),))
+
+
+# Hovers every point of every chart once the page has loaded: a hover label renders the trial's text.
+HOVER = """<script>window.addEventListener('load', function () { setTimeout(function () {
+  document.querySelectorAll('.js-plotly-plot').forEach(function (gd) {
+    (gd.data || []).forEach(function (trace, c) {
+      for (var i = 0; i < (trace.x || trace.y || []).length; i++) {
+        try { Plotly.Fx.hover(gd, [{curveNumber: c, pointNumber: i}]); } catch (e) {}
+      }
+    });
+  });
+  document.body.setAttribute('data-hovered', '1');
+}, 100); });</script>"""
+
+
+def test_markup_in_stored_strings_stays_inert_in_headless_chromium(study, tmp):
+    chromium = chromium_or_skip()
+    _plant_markup(tmp / "r.db", tmp / "marked.db")
+    marked = load_study("r", f"sqlite:///{tmp}/marked.db", reading=True)
+    text = open(write_report(marked, str(tmp / "marked.html"))).read()
+    assert text.count(html.escape(PAYLOAD)) == 2  # the model path and the note, shown as text
+    page = tmp / "marked-chromium.html"
+    page.write_text(text.replace("<head>", "<head>" + CAPTURE, 1).replace("</body>", HOVER + "</body>", 1))
+    proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           f"--user-data-dir={tmp / 'chromium-profile-marked'}", "--virtual-time-budget=10000",
+                           "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    body = re.search(r"<body[^>]*>", proc.stdout)
+    assert body and "data-errors" in body.group(0), "the page did not finish loading: " + proc.stderr[-2000:]
+    assert "data-hovered" in body.group(0) and "data-owned" not in body.group(0)  # no planted script ran

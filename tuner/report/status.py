@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import optuna
 from optuna.trial import TrialState
@@ -9,6 +10,7 @@ from optuna.trial import TrialState
 from ..inputs.user_paths import dir_bytes
 from ..measure.machine import machine_id
 from ..search.failures import learnt_failures
+from ..search.reading import CheckedStudy
 from ..search.settings import SETTINGS_ATTR, readable_settings
 from ..search.trials import (
     baseline_modes,
@@ -131,10 +133,11 @@ def machine_lines(trials) -> list[str]:
     return out
 
 
-def studies_rows(url: str, storage) -> list[str]:
+def studies_rows(url: str, storage, disk: Callable[[optuna.Study], str] | None = None) -> list[str]:
+    """One line per study of the storage; disk: what the study's files take (tuner studies)."""
     rows = []
     for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
-        study = optuna.load_study(study_name=s.study_name, storage=storage)
+        study = CheckedStudy(optuna.load_study(study_name=s.study_name, storage=storage))
         settings = readable_settings(study.user_attrs.get(SETTINGS_ATTR))
         best, winner = best_feasible(study), study.user_attrs.get("winner")
         if winner and winner.get("speedup"):
@@ -146,5 +149,5 @@ def studies_rows(url: str, storage) -> list[str]:
         else:
             best_txt = "no feasible trial"
         rows.append(f"{s.study_name:20s} {s.n_trials:4d} trials  {os.path.basename(settings.model_path or '?'):20s} "
-                    f"{best_txt}  [{url}]")
+                    f"{best_txt}  [{url}]" + (f"  {disk(study)} on disk" if disk else ""))
     return rows
