@@ -70,7 +70,7 @@ def test_selection_and_kept_trial_engines_are_uploaded_with_their_sha256(hosts):
     assert own["id"] in {r["id"] for r in records} and own["main"] == "model.onnx"
     finalist_ids = {f["engine_artifact"] for f in winner["finalists"] if f["feasible"]}
     assert own["id"] in finalist_ids and finalist_ids <= {r["id"] for r in records}
-    assert (study.user_attrs[artifacts.STORE_ATTR] or {}).get("keep_all") is True
+    assert study.user_attrs[artifacts.STORE_ATTR]["keep"] == "all"  # --keep-engines
 
 
 def test_status_says_the_artifacts_disk_use(hosts):
@@ -190,8 +190,34 @@ def test_a_given_store_is_stored_in_the_study_and_a_command_can_read_elsewhere(t
     monkeypatch.chdir(tmp_path)
     url = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(study_name="s", storage=open_storage(url))
-    store, keep_all = artifacts.remember_store(study, "shared/store", True)  # tune --artifacts shared/store --keep-engines
-    assert store == artifacts.StoreRef(str(tmp_path / "shared" / "store")) and keep_all
+    store = artifacts.remember_store(study, "shared/store", "all")  # tune --artifacts shared/store --keep-engines
+    assert store == artifacts.StoreRef(str(tmp_path / "shared" / "store"))
     again = load_study("s", url, reading=True)  # another command, on another host: the stored store
-    assert artifacts.resolve_store(again) == store and artifacts.remember_store(study) == (store, True)
+    assert artifacts.resolve_store(again) == store and artifacts.stored_keep(again) == "all"
+    assert artifacts.remember_store(again, None, "all") == store
     assert artifacts.resolve_store(again, "/mnt/x").url == "/mnt/x"  # export --artifacts where it is mounted here
+
+
+@pytest.mark.parametrize("keep", ["winner", "finalists"])
+def test_keep_artifacts_winner_uploads_the_winners_engine_alone(tmp_path, keep):
+    study = optuna.create_study(study_name="s", storage=open_storage(f"sqlite:///{tmp_path}/s.db"))
+    store = artifacts.resolve_store(study)
+    for i, content in enumerate((b"winner", b"finalist")):
+        _fake_engine(tmp_path / "saved" / str(i), content)
+    done = {"feasible": True, "saved": "model.onnx"}
+    new = _upload_finalists(study, store, [SimpleNamespace(number=5), SimpleNamespace(number=6)], [done, done],
+                            str(tmp_path / "saved"), False, 5 if keep == "winner" else None)
+    assert sorted(new) == ([5] if keep == "winner" else [5, 6])
+    assert sorted(r["trial"] for r in artifacts.engine_records(study)) == sorted(new)
+    assert len(os.listdir(store.url)) == len(new)
+
+
+def test_the_stored_keep_choice_and_the_one_before_it(tmp_path):
+    study = optuna.create_study(study_name="s", storage=open_storage(f"sqlite:///{tmp_path}/s.db"))
+    assert artifacts.stored_keep(study) is None  # select then keeps the winner's (search.choices)
+    for stored, keep in (({"url": None, "keep_all": True}, "all"), ({"url": None, "keep_all": False}, "finalists"),
+                         ({"url": None, "keep": "winner"}, "winner")):
+        study.set_user_attr(artifacts.STORE_ATTR, stored)
+        assert artifacts.stored_keep(study) == keep
+    artifacts.remember_store(study, None, "finalists")
+    assert study.user_attrs[artifacts.STORE_ATTR] == {"url": None, "keep": "finalists"}

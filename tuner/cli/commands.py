@@ -29,6 +29,7 @@ from ..report.sensitivity_table import sensitivity_columns, write_table
 from ..report.status import status_lines, studies_rows
 from ..report.variants import variant_lines
 from ..report.view import StudyView
+from ..run.delete import delete_study, study_files
 from ..run.options import TuneOptions, engines_dir
 from ..run.proxy import serve
 from ..run.remote_worker import run_worker, worker_name
@@ -124,7 +125,8 @@ def _tune_options(args) -> TuneOptions:
         timeout=args.timeout, enqueue=args.enqueue or [], force=args.force, trial_timeout=args.trial_timeout, jobs=args.jobs,
         jobs_over_cores=args.jobs_over_cores, artifacts=args.artifacts,
         stop_after_no_improvement=args.stop_after_no_improvement, top_k=args.top_k, select=not args.no_select,
-        quiet=args.quiet, keep_engines=args.keep_engines, engines_dir=args.engines_dir,
+        quiet=args.quiet, keep_engines=args.keep_engines, keep_artifacts=args.keep_artifacts,
+        engines_dir=args.engines_dir,
         protocol=LatencyProtocol(max_seconds=args.max_timing_s) if args.max_timing_s else None, timing=args.timing,
         when_busy=args.when_busy, sensitivity_budget=args.sensitivity_budget,
         sensitivity_method=args.sensitivity_method, warm_start=args.warm_start)
@@ -151,7 +153,7 @@ def cmd_select(args) -> int:
     problem = study_problem(study, args.allow_metric or ())
     print_notes(problem.notes)
     try:
-        winner = select_winner(study, problem, args.top_k, artifacts=args.artifacts)
+        winner = select_winner(study, problem, args.top_k, artifacts=args.artifacts, keep=args.keep_artifacts)
     except TrialFailure as exc:
         raise UserError(f"selecting the winner failed: {exc}") from None
     for line in describe_result(TuneResult(study, winner, 0)):
@@ -226,8 +228,32 @@ def cmd_status(args) -> int:
 
 def cmd_studies(args) -> int:
     urls = [args.storage] if args.storage else local_storage_urls()
-    rows = [r for url in urls for r in studies_rows(url, open_for_reading(url))]
+    rows = [r for url in urls for r in studies_rows(url, open_for_reading(url),
+                                                    lambda s, url=url: _mb(sum(r.bytes or 0 for r in study_files(s, url))))]
     print("\n".join(rows) if rows else "no studies" + ("" if args.storage else " under studies/ (give --storage URL for others)"))
+    return 0
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def cmd_delete(args) -> int:
+    url = args.storage or default_url(args.study)
+    study = load_checked(args.study, url)
+    removals = study_files(study, url)
+    print(f"deleting study {args.study} removes:")
+    for r in removals:
+        print(f"  {r.what}: {r.where}" + (f" ({_mb(r.bytes)})" if r.bytes is not None else ""))
+    print(f"  {_mb(sum(r.bytes or 0 for r in removals))} in all")
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise UserError("nothing deleted: there is no terminal to ask on; add --yes to delete without asking")
+        if input("delete all of this? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("nothing deleted")
+            return 0
+    delete_study(study, url, removals)
+    print(f"deleted study {args.study}")
     return 0
 
 

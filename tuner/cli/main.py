@@ -9,7 +9,7 @@ import sys
 from .. import __version__
 from ..backends.tensorrt.cli import add_routes_parser
 from ..errors import Terminated, UserError, install_stops, restore_stops
-from ..search.choices import SAMPLERS, SENSITIVITY_METHODS, TRIAL_SORTS, WHEN_BUSY, Objectives, Timing, values
+from ..search.choices import KEEP_ARTIFACTS, SAMPLERS, SENSITIVITY_METHODS, TRIAL_SORTS, WHEN_BUSY, Objectives, Timing, values
 
 
 def parse_duration(text: str) -> float:
@@ -109,6 +109,14 @@ def _add_artifacts(p: argparse.ArgumentParser) -> None:
                         "else STUDY-artifacts beside a SQLite or journal file; none for a database server)")
 
 
+def _add_keep_artifacts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--keep-artifacts", choices=KEEP_ARTIFACTS,
+                   help="which engines selection leaves in the artifact store: winner (the engine export and verify "
+                        "read), finalists (each confirmed finalist's, as timed) or all (also every trial's kept engine "
+                        "and earlier selections'); stored in the study (default: the stored choice, else winner; "
+                        "tune --keep-engines: all)")
+
+
 def _add_study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study", required=True, help="study name: letters, digits, '.', '_', '-' (required)")
     p.add_argument("--storage", help="storage URL (default sqlite:///studies/NAME.db; journal:///FILE.log; postgresql+psycopg://...)")
@@ -138,9 +146,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="trials by state, best feasible, winner, Pareto set, disk use")
     _add_study_args(p)
     p.set_defaults(run="cmd_status")
-    p = sub.add_parser("studies", help="list the studies of a storage (default: studies/*.db and tuner-demo/*.db)")
+    p = sub.add_parser("studies", help="list the studies of a storage with their disk use (default: studies/*.db and "
+                                       "tuner-demo/*.db)")
     p.add_argument("--storage", help="storage URL (default: every studies/*.db and tuner-demo/*.db)")
     p.set_defaults(run="cmd_studies")
+    p = sub.add_parser("delete", help="remove a study with its engines, trials log, artifacts and lock files (and its "
+                                      "SQLite file where no other study is in it); lists them and asks first")
+    _add_study_args(p)
+    p.add_argument("--yes", action="store_true", help="delete without asking (default: ask; with no terminal to ask "
+                                                      "on, refuse)")
+    p.set_defaults(run="cmd_delete")
     p = sub.add_parser("demo", help="write the demo model, tune it, select and export the winner, write the report")
     p.add_argument("--dir", default="tuner-demo", help="where the model, study and winner go (default tuner-demo)")
     p.add_argument("--n-trials", type=_positive_int, default=30, help="trials (default 30, a few minutes on 2 cores)")
@@ -208,9 +223,10 @@ def _add_tune_parser(sub) -> None:
                         "output compared, then a few builds confirm the float set) or builds (two builds per layer)")
     p.add_argument("--keep-engines", action="store_true",
                    help="keep every trial's engine on disk and in the artifact store, and every selection's "
-                        "(default: only the last selection's finalists, as timed, are kept, in the artifact store)")
+                        "(--keep-artifacts all; default: each trial's deleted once timed)")
     p.add_argument("--engines-dir", help="where trial engines are built (default next to the study database)")
     _add_artifacts(p)
+    _add_keep_artifacts(p)
     p.add_argument("--quiet", action="store_true", help="no live display: one log line per trial; what the builds print "
                    "(NNCF's and ONNX Runtime's warnings) goes to the study's trials log (default: live on a terminal)")
     _add_allow_metric(p)
@@ -223,6 +239,7 @@ def _add_winner_parsers(sub) -> None:
     _add_study_args(p)
     p.add_argument("--top-k", type=_positive_int, default=3, help="candidates to compare (default 3)")
     _add_artifacts(p)
+    _add_keep_artifacts(p)
     _add_allow_metric(p)
     p.set_defaults(run="cmd_select")
     p = sub.add_parser("export", help="write the winner: engine, config.json, report.json")

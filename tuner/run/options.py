@@ -41,6 +41,7 @@ class TuneOptions:
     quiet: bool = False
     progress: bool = True
     keep_engines: bool = False  # every trial's engine kept on disk and, at selection, in the artifact store
+    keep_artifacts: str | None = None  # --keep-artifacts (tuner.store.artifacts.KEEP); None: the study's, else winner
     artifacts: str | None = None  # the study's artifact store (--artifacts); None: the stored one, or beside its file
     engines_dir: str | None = None
     protocol: LatencyProtocol | None = None

@@ -35,6 +35,7 @@ from ..search.trials import (
 from ..store.storage import local_path
 from ..winner.select import select_winner
 from .claims import store_run_settings
+from .disk import disk_warning
 from .local_workers import Budget, StopAfterNoImprovement, run_parallel, trial_loop
 from .options import TuneOptions, engines_dir, trials_log
 from .prepare import analysis_due, analyze_study, open_study
@@ -140,6 +141,9 @@ def tune_study(opts: TuneOptions) -> TuneResult:
     ctx = open_study(opts, defer_analysis=True)  # says the problem's notes
     opts = replace(opts, jobs=capped_jobs(opts.jobs, opts.jobs_over_cores))
     store_run_settings(ctx.study, opts.max_trials, opts.protocol)  # for `tuner worker` on other hosts
+    low = disk_warning(opts, ctx.problem.model.proto.ByteSize(), engines_dir(opts.study, ctx.url, opts.engines_dir))
+    if low:
+        print(low, file=sys.stderr)
     budget = Budget(opts.n_trials, opts.timeout)  # the analysis is inside it: --timeout bounds the whole study
     started = time.monotonic()
     with study_run_lock(ctx.url, opts.study) as alone:
@@ -164,7 +168,8 @@ def tune_study(opts: TuneOptions) -> TuneResult:
         alone_s = min(ALONE_SECONDS, opts.protocol.max_seconds) if opts.protocol else ALONE_SECONDS
         try:
             winner = select_winner(ctx.study, ctx.problem, opts.top_k, artifacts=opts.artifacts,
-                                   keep_engines=opts.keep_engines, alone_seconds=alone_s)
+                                   keep=opts.keep_artifacts or ("all" if opts.keep_engines else None),
+                                   alone_seconds=alone_s)
         except TrialFailure as exc:  # the trials are safe in the study; selection can be run again
             raise UserError(f"selecting the winner failed ({exc}); the study's trials are kept: "
                             f"run `tuner select --study {opts.study}` again") from None

@@ -28,6 +28,11 @@ class Objectives(str, Enum):
 # tpe .. grid: Optuna's samplers; fast, full, mixed: TensorRT's tuning strategies (tuner.search.plan_samplers)
 SAMPLERS = ("tpe", "nsga2", "gp", "random", "grid", "fast", "full", "mixed")
 TRIAL_SORTS = ("number", "speed", "error")  # `tuner trials --sort`
+# --keep-artifacts: which engines a selection leaves in the study's artifact store. The default is the winner's:
+# export and verify read no other (a 90 MB encoder's 5 finalists took 371 MB). finalists: each confirmed
+# finalist's, as timed; all: those, every trial's kept engine and every earlier selection's (--keep-engines).
+KEEP_ARTIFACTS = ("winner", "finalists", "all")
+DEFAULT_KEEP_ARTIFACTS = "winner"
 WHEN_BUSY = ("warn", "wait")  # wait: hold a timing back while other processes keep the machine busy
 # how the analysis ranks layers (tuner.analysis.sensitivity): one float and one all-quantized run, or two builds a layer
 SENSITIVITY_METHODS = ("activations", "builds")

@@ -32,7 +32,8 @@ from ..errors import UserError
 from ..inputs.user_paths import dir_bytes
 from .storage import local_path
 
-STORE_ATTR = "artifact_store"  # {"url": the --artifacts given (None: the default), "keep_all": --keep-engines}
+# {"url": the --artifacts given (None: the default), "keep": --keep-artifacts (search.choices.KEEP_ARTIFACTS)}
+STORE_ATTR = "artifact_store"
 ENGINE_PREFIX = "engine_artifact:"  # + artifact id: the record of one uploaded engine, None once removed
 SELECTION, TRIAL = "selection", "trial"  # where the uploaded engine was timed
 _CHUNK = 1 << 20
@@ -131,17 +132,25 @@ def resolve_store(study: optuna.Study, url: str | None = None) -> StoreRef | Non
     return StoreRef(default_folder(path, study.study_name), default=True) if path else None
 
 
-def remember_store(study: optuna.Study, url: str | None = None, keep_all: bool | None = None
-                   ) -> tuple[StoreRef | None, bool]:
+def stored_keep(study: optuna.Study) -> str | None:
+    """The study's --keep-artifacts; None where none is stored. A study stored before the choice: "all"
+    where it kept every engine (keep_all), else "finalists", what selection kept then."""
+    stored = study.user_attrs.get(STORE_ATTR)
+    if not isinstance(stored, dict) or not stored:
+        return None
+    if isinstance(stored.get("keep"), str):
+        return stored["keep"]
+    return "all" if stored.get("keep_all") else "finalists"
+
+
+def remember_store(study: optuna.Study, url: str | None, keep: str) -> StoreRef | None:
     """resolve_store for a command that uploads (tune, select): an --artifacts given is stored in the
-    study, so export and status on other hosts find it; so is --keep-engines (keep_all: this tune's;
-    None: the stored one). Returns (store, keep all artifacts)."""
+    study, so export and status on other hosts find it; so is what the store keeps (--keep-artifacts)."""
     stored = study.user_attrs.get(STORE_ATTR) or {}
-    keep_all = keep_all if keep_all is not None else bool(stored.get("keep_all"))
-    want = {"url": normalize_url(url) if url else stored.get("url"), "keep_all": keep_all}
-    if want != {"url": stored.get("url"), "keep_all": bool(stored.get("keep_all"))}:
+    want = {"url": normalize_url(url) if url else stored.get("url"), "keep": keep}
+    if want != {"url": stored.get("url"), "keep": stored.get("keep")}:
         study.set_user_attr(STORE_ATTR, want)
-    return resolve_store(study, url), keep_all
+    return resolve_store(study, url)
 
 
 # ---- packing: one deterministic tar per engine (sorted names, no times, owners or modes of the host)
@@ -311,10 +320,9 @@ def usage(study: optuna.Study, store: StoreRef | None) -> str:
     if not recs and not size:
         return f"artifacts: none yet in {store.url}"
     sel = sum(1 for r in recs if r.get("source") == SELECTION)
-    keep = (study.user_attrs.get(STORE_ATTR) or {}).get("keep_all")
     return (f"artifacts: {len(recs)} engine{'s' if len(recs) != 1 else ''} ({sel} timed in selection, "
             f"{len(recs) - sel} kept trial engines), {size / 1e6:.1f} MB in {store.url}"
-            + ("; all kept (--keep-engines)" if keep else ""))
+            + (f"; --keep-artifacts {stored_keep(study)}" if stored_keep(study) else ""))
 
 
 def note(text: str) -> None:

@@ -22,6 +22,7 @@ from ..execute.timing import ALONE_PROCESSES, ALONE_SECONDS, alone_record
 from ..inputs.configs import defaults_chooser, normalize
 from ..inputs.space import BACKEND, Space
 from ..problem.spec import Problem
+from ..search.choices import DEFAULT_KEEP_ARTIFACTS
 from ..search.record import BUILD_KEY, CONFIG
 from ..search.settings import SETTINGS_ATTR, readable_settings
 from ..search.trials import baseline_trial, closest_candidate, is_feasible, is_trusted, speed_key
@@ -32,6 +33,7 @@ from ..store.artifacts import (
     note,
     remember_store,
     selection_engines,
+    stored_keep,
     upload_engine,
     upload_kept_engines,
 )
@@ -57,15 +59,17 @@ def top_candidates(study: optuna.Study, k: int) -> list:
 
 
 def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds: int = 30,
-                  timeout_s: float = 1800.0, artifacts: str | None = None, keep_engines: bool | None = None,
+                  timeout_s: float = 1800.0, artifacts: str | None = None, keep: str | None = None,
                   alone_processes: int = ALONE_PROCESSES, alone_seconds: float = ALONE_SECONDS) -> dict | None:
     """Store and return the confirmed winner; with nothing feasible, store the closest candidate instead.
     The engines of the confirmed finalists, as timed side by side, go to the study's artifact store
-    (tuner.store.artifacts; `artifacts`: --artifacts, else the stored or default one; keep_engines: tune's
-    --keep-engines, all kept, None: as stored), the winner's record names its own. Raises TrialFailure when
+    (tuner.store.artifacts; `artifacts`: --artifacts, else the stored or default one; keep: --keep-artifacts,
+    None: as stored), the winner's record names its own. Raises TrialFailure when
     the side-by-side job itself dies (nothing is stored then). alone_processes: fresh processes per engine in
     the deployment check (0: none); alone_seconds: each one's timed seconds."""
-    store, keep_all = remember_store(study, artifacts, keep_engines)
+    keep = keep or stored_keep(study) or DEFAULT_KEEP_ARTIFACTS
+    store = remember_store(study, artifacts, keep)
+    keep_all = keep == "all"
     if store is None:
         note(f"study {study.study_name!r} is in a database server and has no artifact store: the engines timed in "
              "selection are not kept and export will rebuild the winner (--artifacts DIR_OR_URL keeps them)")
@@ -115,7 +119,9 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
         if winner is not None:
             winner |= against_defaults(winner, defaults, entries, untried, confirmed_run["results"])
         if winner is not None and store is not None:
-            uploaded = _upload(lambda: _upload_finalists(study, store, entries, confirmed_run["results"], saved, keep_all),
+            only = winner["trial"] if keep == "winner" else None
+            uploaded = _upload(lambda: _upload_finalists(study, store, entries, confirmed_run["results"], saved,
+                                                         keep_all, only),
                                "uploading the finalists' engines (export will rebuild)") or {}
             winner["engine_artifact"] = _short(uploaded.get(winner["trial"]))
             for f in winner["finalists"]:
@@ -251,12 +257,15 @@ def _upload(fn: Callable[[], Any], what: str) -> Any:
 
 
 def _upload_finalists(study: optuna.Study, store: StoreRef, entries: list, results: list[dict], saved: str,
-                      keep_all: bool) -> dict[int, dict]:
-    """Upload the engines of the finalists that passed the accuracy re-check, as timed; then remove the
-    engines of earlier selections (unless the study keeps them all). Returns {trial number: record}."""
+                      keep_all: bool, only: int | None = None) -> dict[int, dict]:
+    """Upload the engines of the finalists that passed the accuracy re-check, as timed (only: trial `only`'s,
+    --keep-artifacts winner); then remove the engines of earlier selections (unless the study keeps them all).
+    Returns {trial number: record}."""
     earlier = selection_engines(study)
     out = {}
     for i, (t, r) in enumerate(zip(entries, results)):
+        if only is not None and t.number != only:
+            continue
         if r.get("feasible") and "saved" in r and t.number not in out:
             out[t.number] = upload_engine(study, store, os.path.join(saved, str(i)), t.number, SELECTION, r["saved"])
         elif r.get("save_error"):

@@ -1,0 +1,76 @@
+"""`tuner delete`: a study and every file the tuner made for it (its engines folder, trials log, artifacts and
+lock files; its SQLite file where no other study is left in it), listed with their disk use before anything goes."""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+import optuna
+
+from ..errors import UserError
+from ..inputs.user_paths import dir_bytes
+from ..store.artifacts import engine_records, remove_engines, resolve_store
+from ..store.storage import local_path
+from .options import engines_dir, trials_log
+from .tune import study_run_lock
+
+
+@dataclass(frozen=True)
+class Removal:
+    """One thing `tuner delete` removes: what it is, where, and the bytes it holds on this host (None: elsewhere)."""
+
+    what: str
+    where: str
+    bytes: int | None
+
+
+def _size(path: str) -> int:
+    return dir_bytes(path) if os.path.isdir(path) else os.path.getsize(path)
+
+
+def study_files(study: optuna.Study, url: str) -> list[Removal]:
+    """What deleting the study removes, the study's own records first."""
+    name = study.study_name
+    out = [Removal(f"study {name} ({len(study.get_trials(deepcopy=False))} trials)", url, None)]
+    engines = engines_dir(name, url)
+    for what, path in (("trial engines", engines), ("trials log", trials_log(name, engines))):
+        if os.path.exists(path):
+            out.append(Removal(what, path, _size(path)))
+    store, records = resolve_store(study), engine_records(study)
+    if store is not None and records:
+        held = sum(r.get("bytes", 0) for r in records)
+        out.append(Removal(f"{len(records)} engine artifacts", store.url, held))
+    path = local_path(url)
+    if path is not None:
+        for suffix in (f".{name}.lock", f".{name}.claim.lock"):
+            if os.path.exists(path + suffix):
+                out.append(Removal("lock file", path + suffix, _size(path + suffix)))
+        others = [s for s in optuna.get_all_study_names(study._storage) if s != name]
+        if not others:
+            files = [p for p in (path, path + "-wal", path + "-shm") if os.path.exists(p)]
+            out += [Removal("study file (no other study in it)", p, _size(p)) for p in files]
+    return out
+
+
+def delete_study(study: optuna.Study, url: str, removals: list[Removal]) -> None:
+    """Remove what study_files listed: the artifacts first (their records are in the study), then the study,
+    then the files. Refused while a run holds the study."""
+    name = study.study_name
+    with study_run_lock(url, name) as alone:
+        if local_path(url) is not None and not alone:
+            raise UserError(f"study {name!r} is being tuned (a run holds {local_path(url)}.{name}.lock); "
+                            "stop it first, then delete")
+        store = resolve_store(study)
+        if store is not None:
+            remove_engines(study, store, engine_records(study))
+            if store.folder is not None and os.path.isdir(store.folder) and not os.listdir(store.folder):
+                os.rmdir(store.folder)
+        optuna.delete_study(study_name=name, storage=study._storage)
+    for r in removals[1:]:
+        if r.what.endswith("engine artifacts") or not os.path.exists(r.where):
+            continue
+        if os.path.isdir(r.where):
+            shutil.rmtree(r.where)
+        else:
+            os.remove(r.where)
