@@ -2,8 +2,8 @@
 real SQLite study, run as this file (a script), signals itself from inside the storage: at the Nth commit of
 any SQLAlchemy session (every write Optuna and the tuner make), or at the Nth call of Optuna's
 `set_trial_state_values` (its tell: before the gate, Ctrl-C there left a RUNNING trial and a traceback,
-UnboundLocalError: updated_state) or `_create_new_trial` (its ask, and each trial queued). A first run counts the calls; the signal
-points are then spread over all of them, SIGINT and SIGTERM in turn. Every run ends 130 or 143 as its
+UnboundLocalError: updated_state) or `_create_new_trial` (its ask, and each trial queued). A first run counts
+the calls; the signal points are then spread over all of them, SIGINT and SIGTERM in turn. Every run ends 130 or 143 as its
 signal says, with no traceback, and leaves no trial RUNNING."""
 from __future__ import annotations
 
