@@ -16,12 +16,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from multiprocessing.connection import Connection
 from typing import Any
 
 from ..backends.base import Batch, load_for_timing
-from ..measure.paired import run_block
+from ..measure.paired import InProcess
 from .isolate import TrialFailure
 from .orphans import end_with_parent
 
@@ -115,7 +114,7 @@ class EngineProcess:
 
 def _serve(conn: Connection) -> None:
     """The child: load the engine, stage the batch, then answer warm and block requests until the pipe closes."""
-    engine = call = None
+    engine = timed = None
     try:
         while True:
             try:
@@ -126,16 +125,14 @@ def _serve(conn: Connection) -> None:
                 if message[0] == "load":
                     _, backend, engine_dir, batch = message
                     engine = load_for_timing(backend, engine_dir)
-                    call = engine.timed_call(batch)
+                    timed = InProcess(engine.timed_call(batch))  # the same runs as an engine timed in one process
                     reply: Any = os.getpid()
                 elif message[0] == "runtimes":
                     reply = sorted(m for m in RUNTIMES if m in sys.modules)
                 elif message[0] == "warm":
-                    t0 = time.perf_counter()
-                    call()
-                    reply = time.perf_counter() - t0
+                    reply = timed.warm_run()
                 else:
-                    reply = run_block(call, message[1])
+                    reply = timed.block(message[1])
                 conn.send(("ok", reply))
             except Exception as exc:  # noqa: BLE001  the parent fails the timing with this reason
                 conn.send(("error", f"{type(exc).__name__}: {exc}"))

@@ -150,16 +150,16 @@ def tune_study(opts: TuneOptions) -> TuneResult:
         if alone:
             recover_stale_trials(ctx.study)
         enqueue_defaults(ctx)
-        ran = 0
-        if analysis_due(ctx):
-            # each runtime's defaults first (the figures every speedup is read against, within the first
-            # minute), then the analysis, whose candidates are queued as each is found, then the search
-            ran = run_trials(ctx, opts, budget, most=defaults_waiting(ctx.study))
-            if enqueue_float32_defaults(ctx):  # a runtime whose defaults missed the requirement, in float32
-                ran += run_trials(ctx, opts, budget, most=defaults_waiting(ctx.study), done=ran)
+        # each runtime's defaults first (the figures every speedup is read against, within the first minute),
+        # then the analysis, whose candidates are queued as each is found, then the search
+        due = analysis_due(ctx)
+        ran = run_trials(ctx, opts, budget, most=defaults_waiting(ctx.study)) if due else 0
+        # a runtime whose defaults missed the requirement, in float32 (once per study, a resumed one's too)
+        if enqueue_float32_defaults(ctx) and due:
+            ran += run_trials(ctx, opts, budget, most=defaults_waiting(ctx.study), done=ran)
+        if due:
             deadline = None if opts.timeout is None else started + opts.timeout
             ctx = analyze_study(ctx, opts, deadline, on_ranking=enqueue_greedy)
-        enqueue_float32_defaults(ctx)  # a study whose defaults ran before (resumed): once, if not yet
         enqueue_found(ctx, opts.enqueue)
         ran += run_trials(ctx, opts, budget, done=ran)
     winner = ctx.study.user_attrs.get("winner")
