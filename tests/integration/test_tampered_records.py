@@ -102,3 +102,20 @@ def test_select_goes_on_without_a_tampered_trial(made, tmp_path, capsys):
     with sqlite3.connect(tmp_path / "t.db") as db:
         (winner,) = db.execute("SELECT value_json FROM study_user_attributes WHERE key='winner'").fetchone()
     assert json.loads(winner)["trial"] in {0, 1, 2} - {number}
+
+
+@pytest.mark.parametrize("value", ['"trial 2"', "[2]"])
+def test_a_tampered_winner_record_is_left_out_and_export_has_none(made, value, tmp_path, capsys):
+    folder, _ = made
+    with sqlite3.connect(folder / "made.db") as src, sqlite3.connect(tmp_path / "t.db") as copy:
+        src.backup(copy)
+    with sqlite3.connect(tmp_path / "t.db") as db:
+        db.execute("UPDATE study_user_attributes SET value_json=? WHERE key='winner'", (value,))
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    for argv in (["status"], ["trials"], ["report", "--out", str(tmp_path / "r.html")]):
+        code, out, err = run_cli([*argv, "--study", "s", "--storage", url], capsys)
+        assert "Traceback" not in err and code == 0, (argv, code, err[-2000:])
+        (note,) = [line for line in err.splitlines() if "study s: attribute 'winner' is " in line]
+        assert "expected a mapping or null" in note and "left out" in note, note
+    code, out, err = run_cli(["export", "--study", "s", "--storage", url, "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "has no confirmed winner" in err and "Traceback" not in err, err

@@ -10,7 +10,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..store.storage import load_study
-from .record import stored_fault
+from .record import STUDY_STORED_TYPES, stored_fault
 
 
 def _stderr_note(line: str) -> None:
@@ -25,11 +25,25 @@ class CheckedStudy(optuna.Study):
         super().__init__(study_name=study.study_name, storage=study._storage, sampler=study.sampler,
                          pruner=study.pruner)
         self.left_out: dict[int, str] = {}
+        self.left_out_attrs: set[str] = set()
         self._note = note
 
     def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
                     use_cache: bool = False) -> list[FrozenTrial]:
         return [t for t in super()._get_trials(deepcopy, states, use_cache) if self._readable(t)]
+
+    @property
+    def user_attrs(self) -> dict:
+        """The study's attributes, one of another type than engine-tuner writes left out (said once)."""
+        attrs = super().user_attrs
+        while (fault := stored_fault(attrs, STUDY_STORED_TYPES)) is not None:
+            key, words = fault
+            attrs = {k: v for k, v in attrs.items() if k != key}
+            if key not in self.left_out_attrs:
+                self.left_out_attrs.add(key)
+                self._note(f"study {self.study_name}: {words}; it is left out (written by another tool or version, "
+                           "or edited by hand)")
+        return attrs
 
     def fault_of(self, number: int) -> str | None:
         """Why trial `number` is left out of the reads, or None (a command that needs it refuses)."""
@@ -42,7 +56,7 @@ class CheckedStudy(optuna.Study):
         fault = stored_fault(t.user_attrs)
         if fault is None:
             return True
-        self.left_out[t.number] = fault
+        self.left_out[t.number] = fault = fault[1]
         self._note(f"study {self.study_name}, trial {t.number}: {fault}; the trial is left out "
                    f"(written by another tool or version, or edited by hand)")
         return False

@@ -24,6 +24,9 @@ RETRY_OF = "retry_of"
 ENQUEUED = "enqueued"
 WORKER = "worker"
 LOCK_WAIT_S = "lock_wait_s"  # seconds the trial waited for another study's timing
+# What selection stores in the study: the confirmed winner, or the closest candidate where none is feasible.
+WINNER_ATTR = "winner"
+BEST_EFFORT_ATTR = "best_effort"
 
 
 @dataclass
@@ -108,12 +111,16 @@ STORED_TYPES: dict[str, Any] = get_type_hints(TrialRecord) | {
 }
 
 
-def stored_fault(attrs: dict[str, Any]) -> str | None:
-    """What is wrong with a trial's stored attributes, in words (the first attribute of another type than
-    engine-tuner writes), or None."""
-    for key, hint in STORED_TYPES.items():
+# The same for the study's own attributes that the reading commands use.
+STUDY_STORED_TYPES: dict[str, Any] = {WINNER_ATTR: dict | None, BEST_EFFORT_ATTR: dict | None}
+
+
+def stored_fault(attrs: dict[str, Any], types: dict[str, Any] = STORED_TYPES) -> tuple[str, str] | None:
+    """What is wrong with stored attributes (a trial's; with STUDY_STORED_TYPES, the study's): the first
+    attribute of another type than engine-tuner writes and the fault in words; or None."""
+    for key, hint in types.items():
         if key in attrs and not conforms(attrs[key], hint):
             value = attrs[key]
             shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-            return f"attribute {key!r} is {type(value).__name__} {shown}; expected {describe(hint)}"
+            return key, f"attribute {key!r} is {type(value).__name__} {shown}; expected {describe(hint)}"
     return None

@@ -23,7 +23,7 @@ from ..inputs.configs import defaults_chooser, normalize
 from ..inputs.space import BACKEND, Space
 from ..problem.spec import Problem
 from ..search.choices import DEFAULT_KEEP_ARTIFACTS
-from ..search.record import BUILD_KEY, CONFIG
+from ..search.record import BEST_EFFORT_ATTR, BUILD_KEY, CONFIG, WINNER_ATTR  # noqa: F401  (read from here by winner/ and the CLI)
 from ..search.settings import SETTINGS_ATTR, readable_settings
 from ..search.trials import baseline_trial, closest_candidate, is_feasible, is_trusted, speed_key
 from ..store.artifacts import (
@@ -37,9 +37,6 @@ from ..store.artifacts import (
     upload_engine,
     upload_kept_engines,
 )
-
-WINNER_ATTR = "winner"
-BEST_EFFORT_ATTR = "best_effort"
 
 
 def top_candidates(study: optuna.Study, k: int) -> list:
