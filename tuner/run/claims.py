@@ -16,19 +16,22 @@ import hashlib
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import asdict
+from datetime import datetime
 
 import optuna
+from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import TrialState
 
 from ..errors import UserError
 from ..measure.latency import LatencyProtocol
 from ..measure.machine import machine_id
 from ..search.enqueue import baseline_params
-from ..search.record import BASELINE, BASELINE_MACHINE, MACHINE, RETRY_OF
+from ..search.record import BASELINE, BASELINE_MACHINE, FAIL_REASON, MACHINE, RETRY_OF, WORKER
 from ..store import cache
 from ..store.proxy_client import GRPC_PREFIX, ProxyClaimLock
-from ..store.storage import local_path
+from ..store.storage import heartbeat_options, local_path
 
 MAX_TRIALS_ATTR = "max_trials"
 PROTOCOL_ATTR = "protocol"
@@ -167,6 +170,7 @@ class TrialClaims:
             self.lock.acquire()
             try:
                 optuna.storages.fail_stale_trials(study)
+                fail_unclaimed(study, heartbeat_options()["grace_period"])
                 self.study_attrs = study.user_attrs  # the trial's one read of them (wrap: the calibration ranges)
                 limit = self.study_attrs.get(MAX_TRIALS_ATTR)
                 if limit is None and not self.other_machine:
@@ -209,6 +213,29 @@ class TrialClaims:
             finally:
                 self.uploaded |= upload_calibration(self.ctx.study, self.ctx.problem.calib_key, self.uploaded)
         return run
+
+
+def fail_unclaimed(study: optuna.Study, grace_s: float, now: Callable[[], datetime] = datetime.now) -> list[int]:
+    """Fail, and queue once more, the RUNNING trials of workers killed inside Optuna's ask: the trial exists but
+    no worker recorded it (WORKER, the objective's first write) and it has no heartbeat (Optuna starts those
+    after ask), so fail_stale_trials never sees it and the study-wide budget waits on it forever (found by
+    bench/kill_loop_bench.py). Called under the claim lock, which every worker holds through its ask: no
+    trial without WORKER older than the grace period belongs to a live worker. Returns their numbers."""
+    storage, failed = study._storage, []
+    if not isinstance(storage, BaseHeartbeat) or not is_heartbeat_enabled(storage):
+        return []  # a local file: tune's run lock finds a dead run instead (run.tune.recover_stale_trials)
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if WORKER in t.user_attrs or t.datetime_start is None or (now() - t.datetime_start).total_seconds() <= grace_s:
+            continue
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            storage.set_trial_user_attr(t._trial_id, FAIL_REASON, "its worker died as Optuna created it, before "
+                                                                   "its first heartbeat")
+            if storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                failed.append(t._trial_id)
+    callback = storage.get_heartbeat_stale_trial_callback()
+    for trial_id in failed if callback is not None else []:  # as fail_stale_trials does: the retry
+        callback(study, storage.get_trial(trial_id))
+    return [storage.get_trial(i).number for i in failed]
 
 
 # ---------------------------------------------------------------- shared calibration ranges

@@ -370,3 +370,29 @@ def test_calibration_ranges_are_shared_through_the_study_once_per_key(url, tmp_p
     assert sorted(os.listdir(cache)) == ["calib-k-entropy.json", "calib-k-minmax.json", "calib-k-new.json"]
     assert (cache / "calib-k-minmax.json").read_text() == '{"a": [0, 1]}'
     assert (cache / "calib-k-entropy.json").read_text() == "computed here"  # a local file is not overwritten
+
+
+def test_a_trial_left_running_by_a_worker_killed_inside_ask_is_failed_and_retried(tmp_path):
+    """Found by bench/kill_loop_bench.py: killed between Optuna's create_new_trial and its first heartbeat, a
+    worker leaves a RUNNING trial with no heartbeat (fail_stale_trials never sees it) and no WORKER attr."""
+    from datetime import timedelta
+
+    from tuner.run.claims import fail_unclaimed
+    from tuner.search.record import FAIL_REASON, WORKER
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db", heartbeat_interval=1, grace_period=4,
+                                         failed_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=1))
+    study = optuna.create_study(study_name="s", storage=storage)
+    orphan = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})  # RUNNING, no heartbeat, no worker
+    alive = study.ask()
+    alive.set_user_attr(WORKER, "host:1")  # the objective's first write: a worker that runs it
+    start = study.trials[orphan.number].datetime_start
+    assert fail_unclaimed(study, 4.0, now=lambda: start + timedelta(seconds=4)) == []  # within the grace period
+    assert fail_unclaimed(study, 4.0, now=lambda: start + timedelta(seconds=5)) == [orphan.number]
+    by_number = {t.number: t for t in study.trials}
+    assert by_number[orphan.number].state == TrialState.FAIL
+    assert "died as Optuna created it" in by_number[orphan.number].user_attrs[FAIL_REASON]
+    assert by_number[alive.number].state == TrialState.RUNNING
+    retry = [t for t in study.trials if t.system_attrs.get("failed_trial") == orphan.number]
+    assert len(retry) == 1 and retry[0].state == TrialState.WAITING and retry[0].params == {"x": orphan.params["x"]}
+    assert fail_unclaimed(study, 4.0, now=lambda: start + timedelta(seconds=60)) == []  # once
