@@ -80,6 +80,6 @@ def check_opset(path: str, opset: int, space: Space, reference: bool) -> None:
     maxima = {n: highest_opset(get_backend(n), opset) for n in refusing}
     lowest = min(maxima.values())
     who = " and ".join(f"{n} reads up to opset {m}" for n, m in maxima.items())
-    why = " (it computes the reference outputs)" if reference and REFERENCE_BACKEND in refusing else ""
+    why = " (it computes the reference outputs)" if reference_refuses else ""
     raise UserError(f"{path}: the model is opset {opset}, but {who} here{why}; export it at opset {lowest} or "
                     f"lower (torch.onnx.export(..., opset_version={lowest}))")

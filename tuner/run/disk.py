@@ -6,6 +6,7 @@ import os
 import shutil
 from collections.abc import Callable
 
+from ..search.choices import DEFAULT_KEEP_ARTIFACTS
 from .options import TuneOptions
 
 BUILDS_AT_ONCE = 2  # a worker's engine folders at once: the candidate's and the baseline's
@@ -16,7 +17,7 @@ def engines_kept(opts: TuneOptions) -> int:
     what the artifact store keeps (every trial's with --keep-engines; the finalists', the winner's)."""
     at_once = BUILDS_AT_ONCE * opts.jobs
     trials = opts.n_trials or opts.max_trials or 100
-    keep = opts.keep_artifacts or ("all" if opts.keep_engines else "winner")
+    keep = opts.keep_artifacts or ("all" if opts.keep_engines else DEFAULT_KEEP_ARTIFACTS)
     stored = {"all": trials + opts.top_k + 1, "finalists": opts.top_k + 1, "winner": 1}.get(keep, 1)
     return at_once + (stored if opts.select else 0)
 
