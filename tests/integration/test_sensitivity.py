@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from tuner.analysis import rankings
 from tuner.analysis.quantizing import quantizing_override
 from tuner.analysis.sensitivity import analyze
 from tuner.cli.demo import write_demo_model
@@ -72,12 +73,15 @@ def _near_planted(t) -> bool:
             and len(kept ^ PLANTED) <= 1)
 
 
-def test_sensitivity_encoding_finds_the_planted_float_set_where_independent_does_not(tmp_path, planted):
+def test_sensitivity_encoding_finds_the_planted_float_set_where_independent_does_not(tmp_path, planted, monkeypatch):
+    # The route gate (a quick timing of int8 against fp32) may skip the ranking on a loaded machine: not what this
+    # tests. A CI run under load once read an empty order here.
+    monkeypatch.setattr(rankings, "NOT_FASTER", float("inf"))
     sens = _study(tmp_path, planted, "sensitivity", 30)
     settings = sens.user_attrs["tuner_settings"]
     ranking = settings["rankings"]["keep_float"]
     assert settings["encoding"] == {"keep_float": "sensitivity"}
-    assert set(ranking["order"][:6]) == PLANTED
+    assert set(ranking["order"][:6]) == PLANTED, {k: ranking.get(k) for k in ("skipped", "dropped", "variants")}
     found = [t for t in sens.trials if t.user_attrs.get("config") and _near_planted(t)]
     assert found, "no feasible int8 trial keeping only the planted projections in float"
     assert any(t.user_attrs.get("enqueued") == "greedy" for t in found)
