@@ -252,41 +252,49 @@ def analyze_activations(problem: Problem, route_config: dict, override: LayerOve
     return table
 
 
+class FloatSetBuilds:
+    """Whether keeping a set of a table's candidates in float meets the requirement, by a real build: each set
+    built once, whichever step asks for it; None once `budget` builds are spent. builds: those made."""
+
+    def __init__(self, problem: Problem, route_config: dict, table: dict, evaluator: Evaluator, budget: int | None):
+        self.problem, self.route_config, self.evaluator, self.budget = problem, route_config, evaluator, budget
+        self.key = table.get("config_key", table["override"])
+        self.nodes_of = {e["name"]: e["nodes"] for e in table["entries"]}
+        self.known: dict[frozenset, bool] = {}
+        self.builds = 0
+
+    def __call__(self, names: list[str]) -> bool | None:
+        if frozenset(names) not in self.known:
+            if self.budget is not None and self.builds >= self.budget:
+                return None
+            self.builds += 1
+            kept = sorted(n for name in names for n in self.nodes_of[name])
+            self.known[frozenset(names)] = _measure(self.problem, self.evaluator,
+                                                    self.route_config | {self.key: kept})["feasible"]
+        return self.known[frozenset(names)]
+
+
 def confirmed_float_set(problem: Problem, route_config: dict, table: dict, evaluator: Evaluator,
                         on_progress: Callable[[str], None] = lambda s: None,
                         budget: int | None = None) -> tuple[list[str] | None, int]:
     """The float set the table's order suggests, confirmed by real builds: the k most sensitive kept in float
     for k = 1, 2, 4, ... until the requirement holds, the smallest such k found by bisection below it, then
-    each kept candidate (least sensitive first) dropped back where the rest still holds. About 2 log2(k) + k
-    builds. Returns (the candidate names kept, builds made); None when even all in float fails, or when the
-    budget (builds) runs out before any set holds."""
+    each kept candidate (least sensitive first) dropped back where the rest still holds (drop_back). About
+    2 log2(k) + k builds. Returns (the candidate names kept, builds made); None when even all in float fails,
+    or when the budget (builds) runs out before any set holds."""
     order = [e["name"] for e in table["entries"]]
-    nodes_of = {e["name"]: e["nodes"] for e in table["entries"]}
-    builds = 0
-    known: dict[frozenset, bool] = {}  # each set built once, whichever step asks for it
-
-    def holds(names: list[str]) -> bool | None:
-        """Whether keeping `names` in float meets the requirement; None once the budget is spent."""
-        nonlocal builds
-        if frozenset(names) not in known:
-            if budget is not None and builds >= budget:
-                return None
-            builds += 1
-            kept = sorted(n for name in names for n in nodes_of[name])
-            config = route_config | {table.get("config_key", table["override"]): kept}
-            known[frozenset(names)] = _measure(problem, evaluator, config)["feasible"]
-        return known[frozenset(names)]
+    holds = FloatSetBuilds(problem, route_config, table, evaluator, budget)
 
     k, low = 1, 0
     while True:
         on_progress(f"confirming: the {min(k, len(order))} most sensitive in float")
         got = holds(order[:k])
         if got is None:
-            return None, builds
+            return None, holds.builds
         if got:
             break
         if k >= len(order):
-            return None, builds
+            return None, holds.builds
         low, k = k, 2 * k
     high = min(k, len(order))
     while high - low > 1:  # the smallest k that holds, between the last that failed and the first that held
@@ -296,53 +304,47 @@ def confirmed_float_set(problem: Problem, route_config: dict, table: dict, evalu
         if got is None:
             break
         low, high = (low, mid) if got else (mid, high)
-    kept = order[:high]
-    for name in reversed(list(kept)):  # least sensitive of the kept first
-        trial = [n for n in kept if n != name]
-        on_progress(f"confirming: without {name}")
-        if trial and holds(trial):
-            kept = trial
-    return kept, builds
+    return drop_back(order[:high], holds, lambda name: on_progress(f"confirming: without {name}")), holds.builds
 
 
 def greedy_float_set(problem: Problem, route_config: dict, table: dict, evaluator: Evaluator,
                      on_progress: Callable[[str], None] = lambda s: None,
                      budget: int | None = None) -> tuple[list[str] | None, int]:
     """Keep the most sensitive in float until the requirement holds, then drop back any that are not
-    needed. Returns (the candidate names kept, builds made); None when even all-float fails, or when
-    the budget (builds) runs out before any set holds."""
-    entries = table["entries"]
-    nodes_of = {e["name"]: e["nodes"] for e in entries}
-    builds = 0
-
-    def holds(names: list[str]) -> bool:
-        nonlocal builds
-        builds += 1
-        kept = sorted(n for name in names for n in nodes_of[name])
-        return _measure(problem, evaluator, route_config | {table.get("config_key", table["override"]): kept})["feasible"]
-
-    def spent() -> bool:
-        return budget is not None and builds >= budget
-
-    order = [e["name"] for e in entries]
-    kept = None
+    needed (drop_back). Returns (the candidate names kept, builds made); None when even all-float fails, or
+    when the budget (builds) runs out before any set holds."""
+    order = [e["name"] for e in table["entries"]]
+    holds = FloatSetBuilds(problem, route_config, table, evaluator, budget)
     for k in range(len(order) + 1):
-        if spent():
-            return None, builds
         on_progress(f"greedy: {k} most sensitive in float")
-        if holds(order[:k]):
-            kept = order[:k]
-            break
-    if kept is None:
-        return None, builds
-    for name in reversed(list(kept)):  # least sensitive of the kept first
-        if spent():
-            break
-        trial = [n for n in kept if n != name]
-        on_progress(f"greedy: without {name}")
-        if holds(trial):
-            kept = trial
-    return kept, builds
+        got = holds(order[:k])
+        if got is None:
+            return None, holds.builds
+        if got:
+            return drop_back(order[:k], holds, lambda name: on_progress(f"greedy: without {name}")), holds.builds
+    return None, holds.builds
+
+
+def drop_back(kept: list[str], holds: Callable[[list[str]], bool | None],
+              trying: Callable[[str], None] = lambda name: None) -> list[str]:
+    """A float set that holds, made smaller: each kept candidate, least sensitive first, dropped where the rest
+    still holds. Passes repeat until one drops nothing, as errors do not add up layer by layer: on PP-OCRv4's
+    recognizer p2o.Conv.0 could go only once p2o.MatMul.6, tried before it, had gone. holds: None once the
+    budget is spent (the set so far is kept); a set it has answered costs nothing the second time."""
+    while True:
+        before = list(kept)
+        for name in reversed(before):
+            trial = [n for n in kept if n != name]
+            if not trial:
+                continue
+            trying(name)
+            got = holds(trial)
+            if got is None:
+                return kept
+            if got:
+                kept = trial
+        if kept == before:
+            return kept
 
 
 def sensitivity_table(problem: Problem, route_config: dict, override: LayerOverride, evaluator: Evaluator,

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tuner.analysis.sensitivity import added_error, confirmed_float_set
+from tuner.analysis.sensitivity import added_error, confirmed_float_set, drop_back
 from tuner.measure.requirement import Requirement
 
 ORDER = ["a", "c", "b", "d", "e", "f", "g", "h"]  # as the activations ranked them
@@ -50,6 +50,23 @@ def test_nothing_kept_when_every_layer_in_float_still_fails(request):
 def test_a_budget_spent_before_any_set_holds_keeps_nothing(request):
     ev = Evaluator({"h"})
     assert confirmed_float_set(_problem(request.node.name), {"precision": "int8-dynamic"}, TABLE, ev, budget=2) == (None, 2)
+
+
+def test_dropping_back_repeats_until_a_pass_drops_nothing():
+    # x is needed; q may go only once p has gone (errors that cancel), and q is tried first
+    def holds(names):
+        asked.append(sorted(names))
+        return "x" in names and ("q" in names or "p" not in names)
+
+    asked = []
+    assert drop_back(["x", "p", "q"], holds) == ["x"]
+    assert asked == [["p", "x"], ["q", "x"], ["q"],  # first pass: q stays, p goes, x stays
+                     ["x"]]  # second pass: q goes now, and x is left alone (nothing kept is no float set)
+
+
+def test_dropping_back_stops_where_the_budget_does():
+    answers = iter([True, None])
+    assert drop_back(["x", "p", "q"], lambda names: next(answers)) == ["x", "p"]  # q went, then the budget ended
 
 
 def test_the_error_a_layer_adds_is_its_output_s_beyond_its_inputs_in_quadrature():
