@@ -92,8 +92,7 @@ def timed(engine: Call | Timed, clock: Clock = time.perf_counter) -> Timed:
     return engine if hasattr(engine, "block") else InProcess(engine, clock)
 
 
-def _warm_up(calls: list[Timed], warmup: int, clock: Clock, baseline: int,
-             give_up_above: float | None) -> tuple[list[float], bool]:
+def _warm_up(calls: list[Timed], warmup: int, baseline: int, give_up_above: float | None) -> tuple[list[float], bool]:
     """Each engine's seconds per run over its warm-up, the baseline's first. With give_up_above, a
     candidate's warm run (its second on: a first run may pay for lazy set-up) slower than SLOW_RUN x
     give_up_above x the baseline's ends the warm-up at once: returns (seconds per run, whether a
@@ -144,7 +143,7 @@ def time_blocks(engines: list[Call | Timed], protocol: LatencyProtocol, baseline
     calls = [timed(e, clock) for e in engines]
     baseline %= len(calls)
     start = clock()
-    per_run_s, too_slow = _warm_up(calls, protocol.warmup, clock, baseline, give_up_above)
+    per_run_s, too_slow = _warm_up(calls, protocol.warmup, baseline, give_up_above)
     if too_slow:  # one run each is all there is to say: the ratio from the warm-up (stopped_at)
         return [[[s * 1e3]] for s in per_run_s], False, "slow run"
     runs = _runs_per_block(per_run_s)

@@ -3,12 +3,14 @@ import pytest
 
 from tuner.measure.load import BUSY_SHARE, CpuCounters, LoadMeter, wait_until_quiet
 
+T0 = 100.0  # the fake clock's start
+
 
 class Machine:
     """Fake counters: `others` cores' worth of CPU used by other processes and `mine` by this one, per second."""
 
     def __init__(self, others: float, mine: float = 1.0, cores: int = 2):
-        self.t = self.busy = self.own = 0.0
+        self.t, self.busy, self.own = T0, 80.0, 30.0  # counters read since boot, not from zero
         self.others, self.mine, self.cores = others, mine, cores
 
     def advance(self, seconds: float) -> None:
@@ -48,18 +50,18 @@ def test_wait_until_quiet_polls_until_the_others_stop():
 
     def sleep(seconds):
         m.advance(seconds)
-        if m.t >= 20:  # the other work ends 20 s in
+        if m.t - T0 >= 20:  # the other work ends 20 s in
             m.others = 0.0
 
     load = wait_until_quiet(said.append, poll_s=5.0, counters=m.counters(), sleep=sleep)
-    assert not load.busy and m.t == pytest.approx(25.0)  # 1 s samples and 5 s polls until the first quiet sample
+    assert not load.busy and m.t - T0 == pytest.approx(25.0)  # 1 s samples and 5 s polls until the first quiet sample
     assert said[0] == "waiting for a quiet machine (others use 1.5 cores)" and len(said) == 4
 
 
 def test_wait_until_quiet_gives_up_after_its_limit():
     m = Machine(others=2.0, mine=0.0)
     load = wait_until_quiet(lambda msg: None, max_wait_s=30.0, poll_s=5.0, counters=m.counters(), sleep=m.advance)
-    assert load.busy and 30.0 <= m.t <= 36.0
+    assert load.busy and 30.0 <= m.t - T0 <= 36.0
 
 
 def test_a_window_shorter_than_the_counters_tick_reads_no_load():

@@ -67,7 +67,7 @@ def test_measure_latency_converges_on_a_steady_engine_and_caps_a_slow_one():
     assert steady.converged and steady.count == 10 and steady.median_ms == pytest.approx(5.0)
     clock = FakeClock()
     slow = measure_latency(clock.engine(4.0), LatencyProtocol(warmup=1, max_seconds=10), clock=clock)
-    assert not slow.converged and slow.count == 3  # 12 s > 10 s after the third run
+    assert slow.converged is False and slow.count == 3  # 12 s > 10 s after the third run
 
 
 def test_a_candidate_known_slower_than_the_limit_stops_after_the_hopeless_rounds():
@@ -75,10 +75,11 @@ def test_a_candidate_known_slower_than_the_limit_stops_after_the_hopeless_rounds
     _, _, rel = measure_paired(clock.engine(0.008), clock.engine(0.004), LatencyProtocol(warmup=1), clock=clock,
                                give_up_above=1.5)
     assert rel.stopped == "hopeless" and rel.rounds == HOPELESS_ROUNDS and rel.ci_low == pytest.approx(2.0)
+    assert rel.converged is False
     clock = FakeClock()  # below the limit: timed to convergence as usual
     _, _, rel = measure_paired(clock.engine(0.005), clock.engine(0.004), LatencyProtocol(warmup=1), clock=clock,
                                give_up_above=1.5)
-    assert rel.stopped is None and rel.converged and rel.ratio == pytest.approx(1.25)
+    assert rel.stopped is None and rel.converged is True and rel.ratio == pytest.approx(1.25)
 
 
 def test_one_run_far_slower_than_the_limit_ends_the_timing_at_once():
@@ -92,6 +93,7 @@ def test_one_run_far_slower_than_the_limit_ends_the_timing_at_once():
     cand, base, rel = measure_paired(slow, clock.engine(0.004), LatencyProtocol(warmup=5), clock=clock,
                                      give_up_above=1.5)
     assert rel.stopped == "slow run" and len(slow_runs) == 2  # its first warm run, after the baseline's warm-up
+    assert rel.converged is False
     assert rel.ratio == pytest.approx(100.0) and cand.median_ms == pytest.approx(400.0)
     assert clock.t == pytest.approx(5 * 0.004 + 2 * 0.4)
 
