@@ -29,7 +29,7 @@ from ..report.sensitivity_table import sensitivity_columns, write_table
 from ..report.status import status_lines, studies_rows
 from ..report.variants import variant_lines
 from ..report.view import StudyView
-from ..run.delete import delete_study, study_files
+from ..run.delete import delete_study, study_files, total_bytes
 from ..run.options import TuneOptions, engines_dir
 from ..run.proxy import serve
 from ..run.remote_worker import run_worker, worker_name
@@ -229,7 +229,7 @@ def cmd_status(args) -> int:
 def cmd_studies(args) -> int:
     urls = [args.storage] if args.storage else local_storage_urls()
     rows = [r for url in urls for r in studies_rows(url, open_for_reading(url),
-                                                    lambda s, url=url: _mb(sum(r.bytes or 0 for r in study_files(s, url))))]
+                                                    lambda s, url=url: _mb(total_bytes(study_files(s, url))))]
     print("\n".join(rows) if rows else "no studies" + ("" if args.storage else " under studies/ (give --storage URL for others)"))
     return 0
 
@@ -245,7 +245,7 @@ def cmd_delete(args) -> int:
     print(f"deleting study {args.study} removes:")
     for r in removals:
         print(f"  {r.what}: {r.where}" + (f" ({_mb(r.bytes)})" if r.bytes is not None else ""))
-    print(f"  {_mb(sum(r.bytes or 0 for r in removals))} in all")
+    print(f"  {_mb(total_bytes(removals))} in all")
     if not args.yes:
         if not sys.stdin.isatty():
             raise UserError("nothing deleted: there is no terminal to ask on; add --yes to delete without asking")

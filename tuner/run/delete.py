@@ -23,6 +23,12 @@ class Removal:
     what: str
     where: str
     bytes: int | None
+    kind: str = "file"  # "study": its records; "artifacts": removed through their store; "file": a path here
+
+
+def total_bytes(removals: list[Removal]) -> int:
+    """What the removals hold on this host, in bytes."""
+    return sum(r.bytes or 0 for r in removals)
 
 
 def _size(path: str) -> int:
@@ -32,7 +38,7 @@ def _size(path: str) -> int:
 def study_files(study: optuna.Study, url: str) -> list[Removal]:
     """What deleting the study removes, the study's own records first."""
     name = study.study_name
-    out = [Removal(f"study {name} ({len(study.get_trials(deepcopy=False))} trials)", url, None)]
+    out = [Removal(f"study {name} ({len(study.get_trials(deepcopy=False))} trials)", url, None, "study")]
     engines = engines_dir(name, url)
     for what, path in (("trial engines", engines), ("trials log", trials_log(name, engines))):
         if os.path.exists(path):
@@ -40,7 +46,7 @@ def study_files(study: optuna.Study, url: str) -> list[Removal]:
     store, records = resolve_store(study), engine_records(study)
     if store is not None and records:
         held = sum(r.get("bytes", 0) for r in records)
-        out.append(Removal(f"{len(records)} engine artifacts", store.url, held))
+        out.append(Removal(f"{len(records)} engine artifacts", store.url, held, "artifacts"))
     path = local_path(url)
     if path is not None:
         for suffix in (f".{name}.lock", f".{name}.claim.lock"):
@@ -67,8 +73,8 @@ def delete_study(study: optuna.Study, url: str, removals: list[Removal]) -> None
             if store.folder is not None and os.path.isdir(store.folder) and not os.listdir(store.folder):
                 os.rmdir(store.folder)
         optuna.delete_study(study_name=name, storage=study._storage)
-    for r in removals[1:]:
-        if r.what.endswith("engine artifacts") or not os.path.exists(r.where):
+    for r in removals:
+        if r.kind != "file" or not os.path.exists(r.where):
             continue
         if os.path.isdir(r.where):
             shutil.rmtree(r.where)

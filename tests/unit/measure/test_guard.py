@@ -10,7 +10,7 @@ def test_no_band_before_enough_windows():
 
 def test_a_quiet_history_gets_the_minimum_band_and_a_3x_window_is_disturbed():
     band = BaselineBand.from_history([124.0, 126.0, 122.0, 125.0])
-    assert band.median_ms == pytest.approx(124.5)
+    assert band.median_ms == pytest.approx(124.5) and band.windows == 4
     assert (band.low_ms, band.high_ms) == pytest.approx((124.5 * 0.75, 124.5 * 1.25))
     assert band.holds(150.0) and band.holds(100.0) and not band.holds(160.0)
     assert band.holds(40.0)  # faster than the history: a quieter machine, not a disturbed window

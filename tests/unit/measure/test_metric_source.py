@@ -92,6 +92,12 @@ def test_signatures_callable_with_three_positional_arguments_are_accepted(module
     ("def score(a, b, c):\n    return 0.0\n\nscore = print\n", "score is bound by an assignment"),
     ("import sys\nif sys:\n    def score(a, b, c):\n        return 0.0\n", "score is bound by an if statement"),
     ("def other(a, b, c):\n    def score(a, b, c):\n        return 0\n", "score is not defined at its top level"),
+    # rebound later, where the binding hides among other statements (each name of each statement counts)
+    ("def score(a, b, c):\n    return 0.0\n\nimport score.sub\n", "score is imported"),
+    ("def score(a, b, c):\n    return 0.0\n\nif True:\n    import score.sub\n", "score is bound by an if statement"),
+    ("def score(a, b, c):\n    return 0.0\n\nif True:\n    import os\n    score = 1\n", "score is bound by an if statement"),
+    ("def score(a, b, c):\n    return 0.0\n\nif True:\n    score = 1\n    def helper():\n        pass\n",
+     "score is bound by an if statement"),
     ("def score(a, b, c)\n    return 0.0\n", "cannot read {path} (expected ':'"),
 ])
 def test_a_metric_that_is_no_three_argument_def_is_refused(modules, tmp_path, source, message):

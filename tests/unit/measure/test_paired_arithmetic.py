@@ -70,3 +70,11 @@ def test_a_run_over_the_limit_after_quick_warm_runs_stops_at_that_run():
     cand, _, rel = measure_paired(clock.engine(0.004, 0.004, 0.4), clock.engine(0.004), LatencyProtocol(warmup=5),
                                   clock=clock, give_up_above=1.5)
     assert rel.stopped == "slow run" and rel.converged is False and cand.median_ms == pytest.approx(400.0)
+
+
+def test_a_run_3x_the_baseline_is_not_a_slow_run_at_a_limit_of_1_5():
+    # the slow-run stop is SLOW_RUN x give_up_above x the baseline's run: 4.5x here; 3x is timed until hopeless
+    clock = FakeClock()
+    _, _, rel = measure_paired(clock.engine(0.012), clock.engine(0.004), LatencyProtocol(warmup=3), clock=clock,
+                               give_up_above=1.5)
+    assert rel.stopped == "hopeless" and rel.ratio == pytest.approx(3.0)
