@@ -52,6 +52,7 @@ def test_a_good_metric_is_checked_without_importing_it_and_runs_when_computed(mo
     assert req.user_metrics() == [f"{name}:score"]
     assert not marker.exists() and name not in sys.modules  # parsing read the file; it ran nothing of it
     source = locate_metric(f"{name}:score")
+    assert (source.spec, source.module, source.function) == (f"{name}:score", name, "score")
     assert source.path == str(tmp_path / f"{name}.py") and source.sha256() == source_hash(source.path)
     assert len(source.sha256()) == 64
     fn = load_user_metric(f"{name}:score")  # what the trial's child does when it computes the metric
@@ -85,6 +86,8 @@ def test_signatures_callable_with_three_positional_arguments_are_accepted(module
     ("def score(outputs, refs):\n    return 0.0\n", "score at {path}:1 takes 2 positional parameters, not 3"),
     ("def score(a, b, c, d):\n    return 0.0\n", "requires 4 positional parameters, not 3 (give the others defaults)"),
     ("def score(a, b, c, *, k):\n    return 0.0\n", "requires the keyword-only parameter k"),
+    ("def score(a, b, c, *, k, j):\n    return 0.0\n", "requires the keyword-only parameters k, j"),
+    ("def score(outputs):\n    return 0.0\n", "score at {path}:1 takes 1 positional parameter, not 3"),
     ("async def score(a, b, c):\n    return 0.0\n", "not a function defined in {mod}'s source ({path}: score is an async def)"),
     ("score = lambda a, b, c: 0.0\n", "score is bound by an assignment"),
     ("class score:\n    def __init__(self, a, b, c):\n        pass\n", "score is a class"),
