@@ -21,7 +21,6 @@ from dataclasses import asdict
 from datetime import datetime
 
 import optuna
-from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import TrialState
 
 from ..errors import UserError
@@ -30,6 +29,7 @@ from ..measure.machine import machine_id
 from ..search.enqueue import baseline_params
 from ..search.record import BASELINE, BASELINE_MACHINE, FAIL_REASON, MACHINE, RETRY_OF, WORKER
 from ..store import cache
+from ..store.optuna_private import BaseHeartbeat, is_heartbeat_enabled, storage_of, trial_id
 from ..store.proxy_client import GRPC_PREFIX, ProxyClaimLock
 from ..store.storage import heartbeat_options, local_path
 
@@ -221,20 +221,20 @@ def fail_unclaimed(study: optuna.Study, grace_s: float, now: Callable[[], dateti
     after ask), so fail_stale_trials never sees it and the study-wide budget waits on it forever (found by
     bench/kill_loop_bench.py). Called under the claim lock, which every worker holds through its ask: no
     trial without WORKER older than the grace period belongs to a live worker. Returns their numbers."""
-    storage, failed = study._storage, []
+    storage, failed = storage_of(study), []
     if not isinstance(storage, BaseHeartbeat) or not is_heartbeat_enabled(storage):
         return []  # a local file: tune's run lock finds a dead run instead (run.tune.recover_stale_trials)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if WORKER in t.user_attrs or t.datetime_start is None or (now() - t.datetime_start).total_seconds() <= grace_s:
             continue
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-            storage.set_trial_user_attr(t._trial_id, FAIL_REASON, "its worker died as Optuna created it, before "
+            storage.set_trial_user_attr(trial_id(t), FAIL_REASON, "its worker died as Optuna created it, before "
                                                                    "its first heartbeat")
-            if storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
-                failed.append(t._trial_id)
+            if storage.set_trial_state_values(trial_id(t), TrialState.FAIL):
+                failed.append(trial_id(t))
     callback = storage.get_heartbeat_stale_trial_callback()
-    for trial_id in failed if callback is not None else []:  # as fail_stale_trials does: the retry
-        callback(study, storage.get_trial(trial_id))
+    for tid in failed if callback is not None else []:  # as fail_stale_trials does: the retry
+        callback(study, storage.get_trial(tid))
     return [storage.get_trial(i).number for i in failed]
 
 

@@ -11,6 +11,7 @@ import optuna
 from ..errors import UserError
 from ..inputs.user_paths import dir_bytes
 from ..store.artifacts import engine_records, remove_engines, resolve_store
+from ..store.optuna_private import storage_of
 from ..store.storage import local_path
 from .options import engines_dir, trials_log
 from .tune import study_run_lock
@@ -52,7 +53,7 @@ def study_files(study: optuna.Study, url: str) -> list[Removal]:
         for suffix in (f".{name}.lock", f".{name}.claim.lock"):
             if os.path.exists(path + suffix):
                 out.append(Removal("lock file", path + suffix, _size(path + suffix)))
-        others = [s for s in optuna.get_all_study_names(study._storage) if s != name]
+        others = [s for s in optuna.get_all_study_names(storage_of(study)) if s != name]
         if not others:
             files = [p for p in (path, path + "-wal", path + "-shm") if os.path.exists(p)]
             out += [Removal("study file (no other study in it)", p, _size(p)) for p in files]
@@ -72,7 +73,7 @@ def delete_study(study: optuna.Study, url: str, removals: list[Removal]) -> None
             remove_engines(study, store, engine_records(study))
             if store.folder is not None and os.path.isdir(store.folder) and not os.listdir(store.folder):
                 os.rmdir(store.folder)
-        optuna.delete_study(study_name=name, storage=study._storage)
+        optuna.delete_study(study_name=name, storage=storage_of(study))
     for r in removals:
         if r.kind != "file" or not os.path.exists(r.where):
             continue

@@ -26,6 +26,7 @@ from ..search.settings import (
     new_settings,
 )
 from ..search.study import StudyAppeared, StudyContext, create_or_resume, load_existing, stored_settings, wait_for_settings
+from ..store.optuna_private import storage_of
 from ..store.storage import check_study_name, holds_no_study, local_path, open_storage
 from .join import this_machine
 from .options import TuneOptions, engines_dir, trials_log
@@ -114,7 +115,7 @@ def analyze_study(ctx: StudyContext, opts: TuneOptions, deadline: float | None =
     its greedy candidate there at once). deadline: time.monotonic() past which no build starts (--timeout)."""
     if not analysis_due(ctx):
         return ctx
-    problem, storage = ctx.problem, ctx.study._storage
+    problem, storage = ctx.problem, storage_of(ctx.study)
     done: dict = {}
 
     def stored(name: str, ranking: dict) -> None:

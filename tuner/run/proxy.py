@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import optuna
 
 from ..errors import UserError
+from ..store.optuna_private import grpc_proxy_service, stale_trial_ids
 from ..store.proxy_client import (
     BUSY,
     DEFAULT_PORT,
@@ -74,7 +75,7 @@ class TunerProxyService:
         return b""
 
     def stale_trial_ids(self, request: bytes, context) -> bytes:
-        return json.dumps(self.storage._get_stale_trial_ids(int(request))).encode()
+        return json.dumps(stale_trial_ids(self.storage, int(request))).encode()
 
     def _locks_of(self, study: str):
 
@@ -119,8 +120,7 @@ def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, ready=pri
         raise UserError(f"--port {port}: give a port from 1 to 65535 (0: any free port)")
     grpc = _grpc()
     try:  # what optuna.storages.run_grpc_proxy_server serves, on a server of ours (one port, no SO_REUSEPORT)
-        from optuna.storages._grpc.auto_generated.api_pb2_grpc import add_StorageServiceServicer_to_server
-        from optuna.storages._grpc.servicer import OptunaStorageProxyService
+        add_StorageServiceServicer_to_server, OptunaStorageProxyService = grpc_proxy_service()
     except ImportError as exc:
         raise UserError(f"Optuna's gRPC storage proxy cannot be loaded ({exc}); it needs optuna>=4.2 and {PIP_HINT}") from None
     _check_port(host, port)

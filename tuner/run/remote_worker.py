@@ -9,6 +9,7 @@ from ..measure.latency import LatencyProtocol
 from ..measure.machine import machine_id
 from ..problem.spec import print_notes
 from ..report.progress import TrialProgress
+from ..store.optuna_private import storage_of
 from ..store.proxy_client import ProxyLossGuard
 from .claims import MAX_TRIALS_ATTR, PROTOCOL_ATTR, TrialClaims, budget_counts, worker_name
 from .join import join_study
@@ -30,7 +31,7 @@ def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float 
     with ProxyLossGuard(url) as guard:  # behind a `tuner proxy` that dies: one line, no gRPC traceback
         ctx, other = join_study(url, name, os.getpid(), model, data, space, calib_data, allow_other_machine,
                                 allow_metrics=allow_metrics or (), ref_outputs=ref_outputs)
-        guard.storage = ctx.study._storage  # its grace period goes in that line
+        guard.storage = storage_of(ctx.study)  # its grace period goes in that line
         print_notes(ctx.problem.notes)
         if n_trials is None and timeout is None and MAX_TRIALS_ATTR not in ctx.study.user_attrs:
             raise UserError(f"study {name!r} has no study-wide budget (tuner tune ... --max-trials N); "

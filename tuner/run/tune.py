@@ -32,6 +32,7 @@ from ..search.trials import (
     speedup_of,
     was_busy,
 )
+from ..store.optuna_private import storage_of, trial_id
 from ..store.storage import local_path
 from ..winner.select import select_winner
 from .claims import store_run_settings
@@ -74,12 +75,12 @@ def recover_stale_trials(study: optuna.Study) -> list[int]:
     for t in stale:
         with GATE.deferred():  # failed and queued again, or neither
             # the reason first: a finished trial's attrs cannot change
-            study._storage.set_trial_user_attr(t._trial_id, FAIL_REASON, "the tuning process died during this trial")
+            storage_of(study).set_trial_user_attr(trial_id(t), FAIL_REASON, "the tuning process died during this trial")
             # as Optuna fails a stale trial (storages._heartbeat.fail_stale_trials): in the storage, not by
             # study.tell, whose sampler.after_trial would take in a trial that has no result (the grid sampler's
             # calls study.stop when the trial held its last point to visit: an error outside optimize)
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                storage_of(study).set_trial_state_values(trial_id(t), TrialState.FAIL)
             if RETRY_OF not in t.user_attrs:
                 study.enqueue_trial(t.params, user_attrs={RETRY_OF: t.number} | (
                     {BASELINE: True} if t.user_attrs.get(BASELINE) else {}))

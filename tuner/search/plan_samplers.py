@@ -12,8 +12,8 @@ by any trial of the study whose config (normalized knob values; other parameters
 equals it: a trial of this sampler, an enqueued trial (its fixed params), a retried one, or a
 finished trial of another sampler.
 
-Optuna internals relied on (Optuna 5.1): `study._storage.get_all_trials(study._study_id)` (as
-GridSampler reads the trials), `trial._trial_id`, `trial.system_attrs` read from the storage at
+Optuna internals relied on (Optuna 5.1, through store.optuna_private): the stored trials read as
+GridSampler reads them, trial ids, `trial.system_attrs` read from the storage at
 suggest time, `fixed_params` in the system attrs of an enqueued trial, and
 RetryHeartbeatStaleTrialCallback copying a failed trial's system attrs to its retry.
 """
@@ -32,6 +32,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from ..inputs.space import Param
+from ..store.optuna_private import distribution_contains, storage_of, stored_trials, trial_id
 from .plans import Config, activation, active_config, canon, fast_plans_with_knobs, knobs_of, plan_key, plans_fast, plans_full
 from .trials import is_feasible
 
@@ -114,8 +115,8 @@ class PlanSampler(BaseSampler):
     def trial_config(self, t: FrozenTrial) -> Config | None:
         """The config a trial holds: its plan, else its fixed params (enqueued), else, once
         finished, its params; None for a trial still choosing or off every plan."""
-        if t._trial_id in self._finished_configs:
-            return self._finished_configs[t._trial_id]
+        if trial_id(t) in self._finished_configs:
+            return self._finished_configs[trial_id(t)]
         attrs = t.system_attrs
         if attrs.get(KEY_ATTR) is not None:
             config: Config | None = attrs[CONFIG_ATTR]
@@ -126,14 +127,14 @@ class PlanSampler(BaseSampler):
         else:
             config = None
         if t.state.is_finished():
-            self._finished_configs[t._trial_id] = config
+            self._finished_configs[trial_id(t)] = config
         return config
 
     def holders(self, trials: Sequence[FrozenTrial], exclude: int | None = None) -> dict[str, list[FrozenTrial]]:
         """Plan key -> the trials holding it (any state), leaving out the trial with id `exclude`."""
         out: dict[str, list[FrozenTrial]] = {}
         for t in trials:
-            if t._trial_id != exclude:
+            if trial_id(t) != exclude:
                 config = self.trial_config(t)
                 if config is not None:
                     out.setdefault(plan_key(config), []).append(t)
@@ -142,7 +143,7 @@ class PlanSampler(BaseSampler):
     @staticmethod
     def _trials(study: Study) -> list[FrozenTrial]:
         # Straight from the storage, as GridSampler does (pruners may filter study.get_trials).
-        return study._storage.get_all_trials(study._study_id, deepcopy=False)
+        return stored_trials(study)
 
     def is_exhausted(self, study: Study, trials: Sequence[FrozenTrial] | None = None) -> bool:
         """True when the plan list is final and a trial (running or finished) holds every plan.
@@ -163,7 +164,7 @@ class PlanSampler(BaseSampler):
 
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
         """Give the trial its plan (see the class docstring)."""
-        storage, tid = study._storage, trial._trial_id
+        storage, tid = storage_of(study), trial_id(trial)
         attrs = trial.system_attrs
         if attrs.get(KEY_ATTR) is not None:  # retried (RetryHeartbeatStaleTrialCallback copies attrs)
             return
@@ -220,7 +221,7 @@ class PlanSampler(BaseSampler):
         plan = attrs.get(CONFIG_ATTR) if attrs.get(KEY_ATTR) is not None else None
         value = (plan or {}).get(param_name, self.default_for(param_name, param_distribution))
         try:
-            ok = param_distribution._contains(param_distribution.to_internal_repr(value))
+            ok = distribution_contains(param_distribution, value)
         except ValueError:
             ok = False
         if not ok:
@@ -234,7 +235,7 @@ class PlanSampler(BaseSampler):
         Optuna stores the trial's state after this call, so the trial is counted as finished here."""
         done = copy.copy(trial)
         done.state, done.values = state, values
-        trials = [done if t._trial_id == trial._trial_id else t for t in self._trials(study)]
+        trials = [done if trial_id(t) == trial_id(trial) else t for t in self._trials(study)]
         if self.is_exhausted(study, trials):
             try:
                 study.stop()

@@ -9,6 +9,7 @@ from collections.abc import Callable, Container
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from ..store.optuna_private import storage_of
 from ..store.storage import load_study
 from .record import STUDY_STORED_TYPES, stored_fault
 
@@ -22,7 +23,7 @@ class CheckedStudy(optuna.Study):
     `left_out`: trial number -> the fault, each said once through `note`."""
 
     def __init__(self, study: optuna.Study, note: Callable[[str], None] = _stderr_note):
-        super().__init__(study_name=study.study_name, storage=study._storage, sampler=study.sampler,
+        super().__init__(study_name=study.study_name, storage=storage_of(study), sampler=study.sampler,
                          pruner=study.pruner)
         self.left_out: dict[int, str] = {}
         self.left_out_attrs: set[str] = set()

@@ -24,9 +24,9 @@ import zlib
 
 import numpy as np
 import optuna
-from optuna.samplers._lazy_random_state import LazyRandomState
 from optuna.trial import FrozenTrial, TrialState
 
+from ..store.optuna_private import LazyRandomState, storage_of, stored_trials, study_id, trial_id
 from .record import FAIL_REASON, RETRY_OF
 from .trials import trials_of_this_trial
 
@@ -71,11 +71,11 @@ def carry_from_retried(study: optuna.Study, trial: FrozenTrial, keys: tuple[str,
     retried, missing = retry_of(trial), [k for k in keys if k not in trial.system_attrs]
     if retried is None or not missing:
         return
-    storage = study._storage
-    original = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study._study_id, retried))
+    storage = storage_of(study)
+    original = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study_id(study), retried))
     for key in missing:
         if key in original.system_attrs:
-            storage.set_trial_system_attr(trial._trial_id, key, original.system_attrs[key])
+            storage.set_trial_system_attr(trial_id(trial), key, original.system_attrs[key])
 
 
 def random_states(sampler: optuna.samplers.BaseSampler) -> dict[str, LazyRandomState]:
@@ -162,7 +162,7 @@ class GridSampler(PerTrialSeed, optuna.samplers.GridSampler):
     def _get_unvisited_grid_ids(self, study: optuna.Study) -> list[int]:
         """Optuna 5.1's, the points of lost trials left unvisited (its before_trial, after_trial and
         is_exhausted ask this). Optuna's read of the trials, not the per-trial cache: after_trial asks too."""
-        trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+        trials = stored_trials(study)
         lost = lost_numbers(trials)
         visited, running = set(), set()
         for t in trials:

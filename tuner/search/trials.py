@@ -6,19 +6,17 @@ import optuna
 from optuna.trial import TrialState
 
 from ..errors import EXIT_ALL_FAILED, EXIT_NONE_FEASIBLE
+from ..store.optuna_private import cached_trials
 from .failures import KNOWN_FAILURE
 from .record import BASELINE, ENQUEUED, FAIL_REASON, REUSED_FROM
 
 
 def trials_of_this_trial(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list:
     """The study's trials as read once for the trial running in this thread: Optuna's own per-trial read
-    (`Study._get_trials(use_cache=True)`, Optuna 5.1: cleared at each ask and tell), which its samplers share.
-    Every reader during a trial (the sampler's seeding, the objective) takes the same read instead of a query
-    each (bench/soak_bench.py: some 3 ms a query on SQLite). Do not mutate them."""
-    get = getattr(study, "_get_trials", None)
-    if get is None:
-        return study.get_trials(deepcopy=False, states=states)
-    return get(deepcopy=False, states=states, use_cache=True)
+    (store.optuna_private.cached_trials), which its samplers share. Every reader during a trial (the sampler's
+    seeding, the objective) takes the same read instead of a query each (bench/soak_bench.py: some 3 ms a query
+    on SQLite). Do not mutate them."""
+    return cached_trials(study, states)
 
 
 def is_feasible(t) -> bool:

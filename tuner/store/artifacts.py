@@ -30,6 +30,7 @@ from optuna.trial import TrialState
 
 from ..errors import UserError
 from ..inputs.user_paths import dir_bytes
+from .optuna_private import inner_storage, journal_file, storage_of
 from .storage import local_path
 
 # {"url": the --artifacts given (None: the default), "keep": --keep-artifacts (search.choices.KEEP_ARTIFACTS)}
@@ -108,13 +109,12 @@ def open_store(url: str) -> Any:
 def storage_file(study: optuna.Study) -> str | None:
     """The SQLite or journal file a study is stored in; None for a database server or in memory.
     (Optuna keeps no URL on a Study: read from its storage, unwrapping the cache around an RDBStorage.)"""
-    storage = study._storage
-    inner = getattr(storage, "_backend", storage)  # _CachedStorage(RDBStorage); JournalStorage(JournalFileBackend)
+    inner = inner_storage(storage_of(study))  # _CachedStorage(RDBStorage); JournalStorage(JournalFileBackend)
     url = getattr(inner, "url", None)
     if isinstance(url, str):
         path = local_path(url.split("?", 1)[0])
         return path if path and path != ":memory:" else None
-    path = getattr(inner, "_file_path", None)
+    path = journal_file(storage_of(study))
     return path if isinstance(path, str) else None
 
 

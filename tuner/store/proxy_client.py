@@ -11,9 +11,9 @@ import warnings
 from urllib.parse import urlsplit
 
 import optuna
-from optuna.storages._heartbeat import BaseHeartbeat
 
 from ..errors import UserError
+from .optuna_private import BaseHeartbeat
 
 GRPC_PREFIX = "grpc://"  # a `tuner proxy` (tuner.run.proxy) in front of a database server
 

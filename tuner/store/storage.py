@@ -17,6 +17,7 @@ import optuna
 
 from ..errors import UserError
 from .locks import directory_lock
+from .optuna_private import rdb_tables
 from .proxy_client import GRPC_PREFIX, open_proxy
 
 STUDIES_DIR = "studies"
@@ -125,9 +126,7 @@ def holds_no_study(path: str) -> bool:
 
 
 def _optuna_tables() -> set[str]:
-    from optuna.storages._rdb.models import BaseModel
-
-    return set(BaseModel.metadata.tables) | {"alembic_version"}  # alembic: Optuna's schema migrations
+    return rdb_tables() | {"alembic_version"}  # alembic: Optuna's schema migrations
 
 
 def _check_not_foreign(url: str, path: str, flag: str) -> None:
