@@ -1,0 +1,118 @@
+"""One trial through the objective (search.objective.Objective) on a real SQLite study, with an evaluator that
+builds nothing and records what it is asked: where the engine goes and what becomes of it, a config measured
+before (on this machine, not another), a route known to fail, a failure learnt for the route or the config, the
+wait for another study's timing, and the objective's values."""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+from optuna.trial import TrialState
+from test_objective_reads import REQUIRE, study_context
+
+from tuner.inputs.configs import route_choice
+from tuner.measure.requirement import Requirement
+from tuner.search.enqueue import baseline_params
+from tuner.search.failures import KNOWN_FAILURE, PREFIX, failure_key
+from tuner.search.objective import Objective
+from tuner.search.record import FAIL_REASON, LOCK_WAIT_S, REUSED_FROM, TrialRecord
+
+
+class Failure(Exception):
+    """What the evaluator raises: its kind and phase say whether the route or the config is to blame."""
+
+    def __init__(self, message, kind, phase):
+        super().__init__(message)
+        self.kind, self.phase = kind, phase
+
+
+class Evaluator:
+    """Writes a file into the engine folder it is given and returns a fixed record (or raises `fail`)."""
+
+    def __init__(self, metrics=None, fail=None, waited=0.0):
+        self.calls, self.fail, self.metrics = [], fail, metrics if metrics is not None else {"cos": 0.004}
+        self.lock_waits = SimpleNamespace(take=lambda: waited)
+
+    def measure(self, config, out_dir, band=None, give_up_above=None) -> TrialRecord:
+        self.calls.append(out_dir)
+        os.makedirs(out_dir)
+        open(os.path.join(out_dir, "engine.bin"), "w").close()
+        if self.fail is not None:
+            raise self.fail
+        violations = Requirement.parse(REQUIRE).violations(self.metrics)
+        return TrialRecord(config, {"median_ms": 2.5}, self.metrics, {}, violations, True, build_s=0.0,
+                           engine_bytes=1, backend="test", timing="alone", engine_dir=out_dir)
+
+
+def _run(ctx, evaluator, engines, n=1, keep=False):
+    params = baseline_params(ctx)
+    for _ in range(n):
+        ctx.study.enqueue_trial(params)
+    ctx.study.optimize(Objective(ctx, evaluator, engines_dir=engines, keep_engines=keep), n_trials=n,
+                       catch=(Failure,))
+    return ctx.study.trials[-n:]
+
+
+def test_a_config_measured_before_on_this_machine_is_reused_and_on_another_is_measured(tmp_path):
+    ctx = study_context(tmp_path, "random")
+    engines, ev = str(tmp_path / "engines"), Evaluator()
+    first, again = _run(ctx, ev, engines, n=2)
+    assert ev.calls == [os.path.join(engines, "trial-0")]  # one build: its folder is named by the trial
+    assert again.user_attrs[REUSED_FROM] == 0 and again.values == first.values
+    elsewhere = replace(ctx, settings=replace(ctx.settings, machine={"cpu": "another", "versions": {}}))
+    third, = _run(elsewhere, ev, engines)
+    assert REUSED_FROM not in third.user_attrs and ev.calls[-1] == os.path.join(engines, "trial-2")
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_engine_folder_goes_unless_engines_are_kept(tmp_path, keep):
+    ctx = study_context(tmp_path, "random")
+    engines = str(tmp_path / "engines")
+    t, = _run(ctx, Evaluator(), engines, keep=keep)
+    folder = os.path.join(engines, "trial-0")
+    assert os.path.isdir(folder) is keep
+    assert t.user_attrs.get("engine_dir") == (folder if keep else None)
+
+
+def test_the_values_are_the_latency_and_the_primary_metric_s_error(tmp_path):
+    ctx = study_context(tmp_path, "random")
+    t, = _run(ctx, Evaluator(), str(tmp_path / "engines"))
+    assert dict(zip(ctx.objectives, t.values)) == {"latency": 2.5, "error": 0.004}
+    os.makedirs(tmp_path / "none")
+    ctx = study_context(tmp_path / "none", "random")
+    t, = _run(ctx, Evaluator(metrics={}), str(tmp_path / "engines2"))  # the metric missing: the worst error
+    assert dict(zip(ctx.objectives, t.values))["error"] == 1e30
+
+
+def test_a_route_known_to_fail_is_pruned_without_a_build(tmp_path):
+    ctx = study_context(tmp_path, "random")
+    ev = Evaluator()
+    first, = _run(ctx, Evaluator(fail=Failure("no kernel", "error", "building")), str(tmp_path / "e1"))
+    assert first.state == TrialState.FAIL and first.user_attrs[FAIL_REASON] == "no kernel"
+    config = first.user_attrs["config"]
+    learnt = ctx.study.user_attrs[PREFIX + failure_key(route_choice(ctx.problem.space, config))]
+    assert learnt == {"trial": 0, "reason": "no kernel", "choice": route_choice(ctx.problem.space, config)}
+    second, = _run(ctx, ev, str(tmp_path / "e2"))
+    assert second.state == TrialState.PRUNED and ev.calls == []
+    assert second.user_attrs[KNOWN_FAILURE]["trial"] == 0
+
+
+def test_a_timing_timeout_is_learnt_for_the_config_and_a_crash_for_nothing(tmp_path):
+    ctx = study_context(tmp_path, "random")
+    t, = _run(ctx, Evaluator(fail=Failure("too slow to time", "timeout", "timing")), str(tmp_path / "e1"))
+    config = t.user_attrs["config"]
+    assert ctx.study.user_attrs[PREFIX + failure_key(config)]["reason"] == "too slow to time"
+    assert PREFIX + failure_key(route_choice(ctx.problem.space, config)) not in ctx.study.user_attrs
+    os.makedirs(tmp_path / "b")
+    ctx = study_context(tmp_path / "b", "random")
+    _run(ctx, Evaluator(fail=Failure("the child died", "crash", "building")), str(tmp_path / "e2"))
+    assert not [k for k in ctx.study.user_attrs if k.startswith(PREFIX)]
+
+
+@pytest.mark.parametrize("waited, recorded", [(0.05, None), (0.1, 0.1), (2.34, 2.3)])
+def test_a_wait_for_another_study_s_timing_is_recorded_from_a_tenth_of_a_second(tmp_path, waited, recorded):
+    ctx = study_context(tmp_path, "random")
+    t, = _run(ctx, Evaluator(waited=waited), str(tmp_path / "engines"))
+    assert t.user_attrs.get(LOCK_WAIT_S) == recorded
