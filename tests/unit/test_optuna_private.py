@@ -58,6 +58,8 @@ def _private_reads(tree: ast.AST, private: set[str]) -> list[str]:
               and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in private
               and not _is_own(node.args[0])):
             out.append(f"line {node.lineno}: {node.func.id}(..., {node.args[1].value!r})")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in private:
+            out.append(f"line {node.lineno}: {node.value!r}")  # a name to reach for by getattr
     return out
 
 
@@ -85,11 +87,12 @@ def test_only_the_compat_module_reaches_optuna_s_private_parts(tmp_path):
 def test_the_scan_finds_a_private_import_and_a_private_read():
     tree = ast.parse("from optuna.storages._rdb import models\nimport optuna.storages._heartbeat\n"
                      "x = study._storage\ny = getattr(storage, '_backend', storage)\nz = self._storage\n"
-                     "w = super()._get_trials()\nv = engine._feed\n")
+                     "w = super()._get_trials()\nv = engine._feed\nfor k in ('_group',): pass\n")
     assert [_private_import(n) for n in tree.body[:2]] == ["from optuna.storages._rdb import models",
                                                            "import optuna.storages._heartbeat"]
-    private = {"_storage", "_backend", "_get_trials"}
-    assert _private_reads(tree, private) == ["line 3: ._storage", "line 4: getattr(..., '_backend')"]
+    private = {"_storage", "_backend", "_get_trials", "_group"}
+    assert sorted(_private_reads(tree, private)) == ["line 3: ._storage", "line 4: '_backend'",
+                                                     "line 4: getattr(..., '_backend')", "line 8: '_group'"]
 
 
 def test_the_compat_module_says_which_optuna_it_was_checked_against():

@@ -10,6 +10,7 @@ import optuna
 from ..errors import UserError
 from ..inputs.configs import grid_values
 from ..inputs.space import Space
+from ..store.optuna_private import sampler_settings
 from . import seeding
 from .plan_samplers import STRATEGIES, make_plan_sampler
 from .settings import StudySettings
@@ -72,10 +73,7 @@ def make_sampler(settings: StudySettings, space: Space, worker: int = 0) -> optu
 
 def sampler_options(sampler) -> dict:
     """What the study records of its sampler (the class and the options that change its proposals)."""
-    opts = {"class": type(sampler).__name__}
-    for k in ("_multivariate", "_group", "_n_startup_trials", "_constant_liar", "_population_size"):
-        if hasattr(sampler, k):
-            opts[k.lstrip("_")] = getattr(sampler, k)
+    opts = {"class": type(sampler).__name__} | sampler_settings(sampler)
     if isinstance(sampler, seeding.PerTrialSeed):
         opts["seeded"] = "per trial"  # a study made before exact resume has not this key
     return opts

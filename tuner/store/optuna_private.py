@@ -9,6 +9,7 @@ their classes, as overriding is their point):
 - `GridSampler._get_unvisited_grid_ids`, `NSGAIISampler._get_generation_key` (search.seeding: a retried trial
   takes the grid point or generation of the trial it retries);
 - `BaseHeartbeat._get_stale_trial_ids` (store.proxy_client: what Optuna's fail_stale_trials asks a storage).
+search.seeding.random_states also walks a sampler's attributes (`__dict__`) for its LazyRandomState objects.
 """
 from __future__ import annotations
 
@@ -68,6 +69,14 @@ def cached_trials(study: optuna.Study, states: tuple[TrialState, ...] | None = N
     if get is None:
         return study.get_trials(deepcopy=False, states=states)
     return get(deepcopy=False, states=states, use_cache=True)
+
+
+def sampler_settings(sampler: optuna.samplers.BaseSampler) -> dict[str, Any]:
+    """The options that change a sampler's proposals, as it keeps them (its constructor's arguments have no public
+    getters): multivariate, group, n_startup_trials, constant_liar (TPE), population_size (NSGA-II)."""
+    return {k.lstrip("_"): getattr(sampler, k)
+            for k in ("_multivariate", "_group", "_n_startup_trials", "_constant_liar", "_population_size")
+            if hasattr(sampler, k)}
 
 
 def distribution_contains(distribution: optuna.distributions.BaseDistribution, value: Any) -> bool:

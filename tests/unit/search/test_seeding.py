@@ -248,3 +248,12 @@ def test_gp_resumes_exactly(tmp_path):
     run(stopped, sampler, 7, stop_at=5)
     run(stopped, sampler, 7)
     assert kept(stopped) == kept(straight)
+
+
+def test_each_sampler_name_makes_its_sampler_and_records_what_changes_its_proposals():
+    made = {name: make_sampler(StudySettings.from_attrs({"sampler": name, "seed": 5}), SPACE)
+            for name in ("tpe", "nsga2", "random", "grid")}
+    assert {n: type(s).__name__ for n, s in made.items()} == {
+        "tpe": "TPESampler", "nsga2": "NSGAIISampler", "random": "RandomSampler", "grid": "GridSampler"}
+    assert sampler_options(made["nsga2"]) == {"class": "NSGAIISampler", "population_size": 50, "seeded": "per trial"}
+    assert sampler_options(made["random"]) == {"class": "RandomSampler", "seeded": "per trial"}
