@@ -228,6 +228,9 @@ def test_cli_tune_status_select_export(demo_path, tmp_path, capsys):
     assert list(report["vs_defaults"]) == ["onnxruntime"]
     assert report["vs_defaults"]["onnxruntime"] == pytest.approx(report["speedup_vs_baseline"])
     assert report["runtime_defaults"]["onnxruntime"]["trial"] == 0
+    # ONNX Runtime's engine takes any shape the model does: the shapes are said, and no line about them
+    assert report["shapes"] == {"x": [2, 64, 256]} and report["serves_only_these_shapes"] is None
+    assert "serves only" not in capsys.readouterr().err
 
 
 def test_without_a_requirement_tune_and_the_report_say_every_trial_is_feasible(demo_path, tmp_path, capsys):

@@ -73,6 +73,7 @@ def test_a_cpu_study_holds_both_backends_and_its_exported_winner_reproduces_its_
     assert report["backend"] == result.winner["config"]["backend"] and report["rebuilt_matches_stored"]
     assert report["vs_defaults"] == won["vs_defaults"] and report["vs_defaults_text"] in closing
     assert report["precision_as_run"]["inference"] == won["precision"]["inference"]
+    assert report["shapes"] == {"x": [2, 64, 256]}  # what it was tuned and checked at
     problem = study_problem(study)
     engine = get_backend(report["backend"]).load(str(out / "engine"))
     try:

@@ -150,6 +150,11 @@ class Backend(abc.ABC):
         cannot say, and layers are ranked by builds instead."""
         return None
 
+    def fixes_shapes(self, config: dict) -> str | None:
+        """Why an engine of this config runs only at the input shapes it was built for (one phrase naming the
+        option), or None where it takes any shape the model does. Export says so beside the shapes."""
+        return None
+
     def reads_opset(self, opset: int) -> bool:
         """Whether this runtime reads a model of this ai.onnx opset (a one-node model of it, tried). A backend
         that cannot say is let try: True."""

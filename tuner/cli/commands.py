@@ -37,7 +37,7 @@ from ..run.tune import TuneResult, describe_result, tune_study
 from ..search.reading import load_checked
 from ..search.trials import study_outcome
 from ..store.storage import default_url, local_storage_urls, migrate, open_for_reading
-from ..winner.export import export_winner
+from ..winner.export import export_winner, shapes_line
 from ..winner.export_files import MANIFEST, check_out_dir
 from ..winner.select import select_winner
 from ..winner.verify import verify_lines, verify_winner
@@ -179,6 +179,8 @@ def cmd_export(args) -> int:
           f"{MANIFEST}{speed}; "
           f"requirement {rep['requirement'] or 'none'} "
           f"{'holds' if rep['meets_requirement'] else 'is NOT met'} on {how}")
+    if shapes_line(rep):
+        print(f"note: {shapes_line(rep)}", file=sys.stderr)
     if not rep["rebuilt_matches_stored"]:
         print(f"warning: the {'downloaded' if src['kind'] == 'artifact' else 'rebuilt'} engine's error differs from "
               "the stored one by more than 5%", file=sys.stderr)

@@ -11,6 +11,7 @@ import os
 import optuna
 
 from .. import __version__
+from ..backends.base import get_backend
 from ..errors import UserError
 from ..execute.jobs import Evaluator
 from ..problem.spec import Problem
@@ -111,9 +112,27 @@ def _export_report(study: optuna.Study, problem: Problem, chosen: dict, kind: st
         # the deployment check: the winner and the baseline each alone in several fresh processes
         "deployed": chosen.get("deployed"),
         "deployed_text": deployed_text(chosen.get("deployed"), chosen.get("speedup")) or None,
+        # the input shapes it was tuned and checked at, and whether it serves only those (issue 42)
+        "shapes": {name: list(shape) for name, shape in problem.shapes.items()},
+        "serves_only_these_shapes": fixed_shapes(problem, chosen["config"]),
         "engine_tuner": __version__,
     }
     return report
+
+
+def fixed_shapes(problem: Problem, config: dict) -> str | None:
+    """Why the engine runs only at the study's input shapes (its backend's option), or None."""
+    return get_backend(problem.backend_name(config)).fixes_shapes(config)
+
+
+def shapes_line(report: dict) -> str | None:
+    """The one line export says when its engine serves only the shapes it was tuned at."""
+    why = report.get("serves_only_these_shapes")
+    if not why:
+        return None
+    shapes = " ".join(f"{n}={'x'.join(map(str, s))}" for n, s in (report.get("shapes") or {}).items())
+    return (f"the engine serves only the input shapes it was tuned and checked at ({shapes}): {why}; "
+            "tune at the shapes it will serve")
 
 
 def _source(record: dict | None, store) -> dict:

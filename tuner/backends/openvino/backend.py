@@ -66,6 +66,10 @@ class OpenVinoBackend(Backend):
     def adapt(self, param: Param) -> tuple[Param | None, str]:
         return device.adapt(param)
 
+    def fixes_shapes(self, config: dict) -> str | None:
+        """static_shapes: the model is reshaped to the study's shapes before it is compiled."""
+        return "OpenVINO's static_shapes: true" if config.get("static_shapes") else None
+
     def route_variants(self, route: str, attention: bool) -> list[dict]:
         return route_variants(route, attention, device.has_int8_dot_product())
 

@@ -96,6 +96,10 @@ class TensorRTBackend(Backend):
 
     # ------------------------------------------------------------------ the build
 
+    def fixes_shapes(self, config: dict) -> str | None:
+        """Its one optimisation profile has min = opt = max = the study's shape (build.add_profile)."""
+        return "TensorRT's optimisation profile (min = opt = max)"
+
     def build(self, model: ModelFile, config: dict, ctx: BuildContext) -> TrtEngine:
         settings, dropped = split_config(config, self.version)
         for line in dropped:  # a knob this TensorRT lacks is never sent
