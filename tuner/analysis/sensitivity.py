@@ -264,14 +264,14 @@ class FloatSetBuilds:
         self.builds = 0
 
     def __call__(self, names: list[str]) -> bool | None:
-        if frozenset(names) not in self.known:
+        asked = frozenset(names)
+        if asked not in self.known:
             if self.budget is not None and self.builds >= self.budget:
                 return None
             self.builds += 1
             kept = sorted(n for name in names for n in self.nodes_of[name])
-            self.known[frozenset(names)] = _measure(self.problem, self.evaluator,
-                                                    self.route_config | {self.key: kept})["feasible"]
-        return self.known[frozenset(names)]
+            self.known[asked] = _measure(self.problem, self.evaluator, self.route_config | {self.key: kept})["feasible"]
+        return self.known[asked]
 
 
 def confirmed_float_set(problem: Problem, route_config: dict, table: dict, evaluator: Evaluator,

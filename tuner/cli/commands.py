@@ -179,8 +179,9 @@ def cmd_export(args) -> int:
           f"{MANIFEST}{speed}; "
           f"requirement {rep['requirement'] or 'none'} "
           f"{'holds' if rep['meets_requirement'] else 'is NOT met'} on {how}")
-    if shapes_line(rep):
-        print(f"note: {shapes_line(rep)}", file=sys.stderr)
+    shapes = shapes_line(rep)
+    if shapes:
+        print(f"note: {shapes}", file=sys.stderr)
     if not rep["rebuilt_matches_stored"]:
         print(f"warning: the {'downloaded' if src['kind'] == 'artifact' else 'rebuilt'} engine's error differs from "
               "the stored one by more than 5%", file=sys.stderr)

@@ -72,15 +72,16 @@ def study_run_lock(url: str, study: str):
 def recover_stale_trials(study: optuna.Study) -> list[int]:
     """Fail trials a killed process left RUNNING and queue their configs once more."""
     stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    storage = storage_of(study)
     for t in stale:
         with GATE.deferred():  # failed and queued again, or neither
             # the reason first: a finished trial's attrs cannot change
-            storage_of(study).set_trial_user_attr(trial_id(t), FAIL_REASON, "the tuning process died during this trial")
+            storage.set_trial_user_attr(trial_id(t), FAIL_REASON, "the tuning process died during this trial")
             # as Optuna fails a stale trial (storages._heartbeat.fail_stale_trials): in the storage, not by
             # study.tell, whose sampler.after_trial would take in a trial that has no result (the grid sampler's
             # calls study.stop when the trial held its last point to visit: an error outside optimize)
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                storage_of(study).set_trial_state_values(trial_id(t), TrialState.FAIL)
+                storage.set_trial_state_values(trial_id(t), TrialState.FAIL)
             if RETRY_OF not in t.user_attrs:
                 study.enqueue_trial(t.params, user_attrs={RETRY_OF: t.number} | (
                     {BASELINE: True} if t.user_attrs.get(BASELINE) else {}))

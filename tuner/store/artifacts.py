@@ -109,12 +109,12 @@ def open_store(url: str) -> Any:
 def storage_file(study: optuna.Study) -> str | None:
     """The SQLite or journal file a study is stored in; None for a database server or in memory.
     (Optuna keeps no URL on a Study: read from its storage, unwrapping the cache around an RDBStorage.)"""
-    inner = inner_storage(storage_of(study))  # _CachedStorage(RDBStorage); JournalStorage(JournalFileBackend)
-    url = getattr(inner, "url", None)
+    storage = storage_of(study)
+    url = getattr(inner_storage(storage), "url", None)  # _CachedStorage(RDBStorage); JournalStorage(JournalFileBackend)
     if isinstance(url, str):
         path = local_path(url.split("?", 1)[0])
         return path if path and path != ":memory:" else None
-    path = journal_file(storage_of(study))
+    path = journal_file(storage)
     return path if isinstance(path, str) else None
 
 
