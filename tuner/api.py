@@ -1,4 +1,4 @@
-"""The Python API, mirroring the CLI: tuner.tune(...), tuner.load_study(...), tuner.select(...), tuner.winner.export(...)."""
+"""The Python API, mirroring the CLI: tuner.tune(...), tuner.load_study(...), tuner.select(...), tuner.export(...)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -12,19 +12,22 @@ from .run.tune import TuneResult, tune_study
 from .search.reading import load_checked
 from .search.settings import SETTINGS_ATTR, allowed_metrics, check_metrics
 from .search.study import stored_settings
-from .store.storage import default_url
+from .store.storage import study_url
 from .winner.export import export_winner
 from .winner.select import select_winner
 
+StorageArg = str | optuna.storages.BaseStorage | None  # a URL, or an Optuna storage object (store.storage.study_url)
+
 
 def tune(model: str | None = None, study: str = "demo", **options) -> TuneResult:
-    """Run (or resume) a study; keyword options are those of TuneOptions (= `tuner tune` flags)."""
+    """Run (or resume) a study; keyword options are those of TuneOptions (= `tuner tune` flags). As in Optuna,
+    sampler= takes a name or a sampler object, storage= a URL or a storage object (docs/studies.md#python)."""
     return tune_study(TuneOptions(study=study, model=model, **options))
 
 
-def load_study(study: str, storage: str | None = None) -> optuna.Study:
+def load_study(study: str, storage: StorageArg = None) -> optuna.Study:
     """Open an existing study for reading (works while another process writes it; creates nothing)."""
-    return load_checked(study, storage or default_url(study), reading=True)
+    return load_checked(study, study_url(study, storage), reading=True)
 
 
 def study_problem(study: optuna.Study, allow_metrics: Iterable[str] = ()) -> Problem:
@@ -37,12 +40,12 @@ def study_problem(study: optuna.Study, allow_metrics: Iterable[str] = ()) -> Pro
     return settings.spec.load(settings.requirement)
 
 
-def select(study: str, storage: str | None = None, top_k: int = 3, allow_metrics: Iterable[str] = ()) -> dict | None:
-    s = load_checked(study, storage or default_url(study))
+def select(study: str, storage: StorageArg = None, top_k: int = 3, allow_metrics: Iterable[str] = ()) -> dict | None:
+    s = load_checked(study, study_url(study, storage))
     return select_winner(s, study_problem(s, allow_metrics), top_k)
 
 
-def export(study: str, out: str, storage: str | None = None, best_effort: bool = False, force: bool = False,
+def export(study: str, out: str, storage: StorageArg = None, best_effort: bool = False, force: bool = False,
            allow_metrics: Iterable[str] = ()) -> dict:
-    s = load_checked(study, storage or default_url(study))
+    s = load_checked(study, study_url(study, storage))
     return export_winner(s, study_problem(s, allow_metrics), out, best_effort, force=force)

@@ -36,7 +36,7 @@ from ..run.remote_worker import run_worker, worker_name
 from ..run.tune import TuneResult, describe_result, tune_study
 from ..search.reading import load_checked
 from ..search.trials import study_outcome
-from ..store.storage import default_url, local_storage_urls, migrate, open_for_reading
+from ..store.storage import local_storage_urls, migrate, open_for_reading, study_url
 from ..winner.export import export_winner, shapes_line
 from ..winner.export_files import MANIFEST, check_out_dir
 from ..winner.select import select_winner
@@ -149,7 +149,7 @@ def _outcome(study) -> int:
 
 
 def cmd_select(args) -> int:
-    study = load_checked(args.study, args.storage or default_url(args.study))
+    study = load_checked(args.study, study_url(args.study, args.storage))
     problem = study_problem(study, args.allow_metric or ())
     print_notes(problem.notes)
     try:
@@ -163,7 +163,7 @@ def cmd_select(args) -> int:
 
 def cmd_export(args) -> int:
     check_out_dir(args.out, args.force)  # before anything loads: a refusal is the only line
-    study = load_checked(args.study, args.storage or default_url(args.study))
+    study = load_checked(args.study, study_url(args.study, args.storage))
     problem = study_problem(study, args.allow_metric or ())
     print_notes(problem.notes)
     try:
@@ -208,7 +208,7 @@ def _verify(study, engine_dir: str | None, backend: str | None, allow_metrics: l
 
 
 def cmd_verify(args) -> int:
-    study = load_checked(args.study, args.storage or default_url(args.study))
+    study = load_checked(args.study, study_url(args.study, args.storage))
     engine_dir, backend = None, None
     if args.engine:
         report = os.path.join(args.engine, "report.json")
@@ -222,7 +222,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_status(args) -> int:
-    url = args.storage or default_url(args.study)
+    url = study_url(args.study, args.storage)
     study = load_checked(args.study, url, reading=True)
     for line in status_lines(study, url, engines_dir(args.study, url)):
         print(line)
@@ -242,7 +242,7 @@ def _mb(n: int) -> str:
 
 
 def cmd_delete(args) -> int:
-    url = args.storage or default_url(args.study)
+    url = study_url(args.study, args.storage)
     study = load_checked(args.study, url)
     removals = study_files(study, url)
     print(f"deleting study {args.study} removes:")
@@ -365,7 +365,7 @@ def cmd_migrate(args) -> int:
 
 
 def cmd_report(args) -> int:
-    url = args.storage or default_url(args.study)
+    url = study_url(args.study, args.storage)
     view = StudyView.of(load_checked(args.study, url, reading=True))
     write_report(view, args.out, url)
     print(f"report of study {args.study} ({len(view.trials)} trials, {len(view.feasible)} feasible) written to {args.out}")

@@ -18,14 +18,14 @@ from ..search.record import CONFIG
 from ..search.settings import SETTINGS_ATTR
 from ..search.study import stored_settings
 from ..search.trials import baseline_trial, best_feasible, latency_of, speedup_of
-from ..store.storage import default_url
+from ..store.storage import study_url
 from ..winner.select import WINNER_ATTR
 
 
 def cmd_trials(args) -> int:
     if args.csv:
         check_output_file(args.csv, "--csv")
-    url = args.storage or default_url(args.study)
+    url = study_url(args.study, args.storage)
     view, rows = trial_rows(load_checked(args.study, url, reading=True))
     rows = sort_rows(rows, args.sort)
     for line in table_lines(view, rows):
@@ -58,7 +58,7 @@ def _profiled_trial(study, number: int | None):
 
 
 def cmd_profile(args) -> int:
-    url = args.storage or default_url(args.study)
+    url = study_url(args.study, args.storage)
     study = load_checked(args.study, url, reading=True)
     settings = stored_settings(study, load_user_metrics=False)
     if settings is None:

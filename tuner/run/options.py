@@ -4,9 +4,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+import optuna
+
 from ..analysis.sensitivity import DEFAULT_BUDGET
 from ..measure.latency import LatencyProtocol
-from ..store.storage import default_url, local_path
+from ..store.storage import local_path, study_url
 
 
 @dataclass
@@ -15,7 +17,7 @@ class TuneOptions:
 
     study: str
     model: str | None = None
-    storage: str | None = None
+    storage: str | optuna.storages.BaseStorage | None = None  # a URL; or, from the Python API, a storage object
     space: str | None = None
     data: str | None = None
     calib_data: str | None = None
@@ -25,7 +27,7 @@ class TuneOptions:
     require: str | list[str] | None = None
     allow_metrics: list[str] = field(default_factory=list)  # MODULE:FUNC a stored study may run (--allow-metric)
     objectives: str | None = None
-    sampler: str | None = None
+    sampler: str | optuna.samplers.BaseSampler | None = None  # a name; or, from the Python API, a sampler object
     seed: int | None = None
     n_trials: int | None = None
     max_trials: int | None = None  # study-wide budget over all workers, stored in the study (run.claims)
@@ -53,7 +55,11 @@ class TuneOptions:
 
     @property
     def storage_url(self) -> str:
-        return self.storage or default_url(self.study)
+        return study_url(self.study, self.storage)
+
+    @property
+    def sampler_object(self) -> optuna.samplers.BaseSampler | None:
+        return self.sampler if isinstance(self.sampler, optuna.samplers.BaseSampler) else None
 
     def given(self) -> dict:
         """The settings given on this call, by the names search.settings.given_settings takes (it checks them)."""

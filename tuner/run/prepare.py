@@ -98,7 +98,7 @@ def _open_study(opts: TuneOptions, joined: bool = False, defer_analysis: bool = 
     # The study and its settings exist before the analysis, which can take many minutes: a kill during it
     # leaves a study that `tuner tune --study NAME` resumes, re-measuring only the build that was in flight
     # (the analysis's builds are cached as they are measured: tuner.analysis.sensitivity, tuner.analysis.variants).
-    study, settings = create_or_resume(opts.study, storage, study, settings, problem)
+    study, settings = create_or_resume(opts.study, storage, study, settings, problem, opts.sampler_object)
     ctx = StudyContext(study, settings, problem, opts.storage_url, warm.params if warm is not None else [])
     return ctx if defer_analysis else analyze_study(ctx, opts)
 
@@ -122,7 +122,8 @@ def analyze_study(ctx: StudyContext, opts: TuneOptions, deadline: float | None =
         nonlocal ctx
         done[name] = ranking
         settings = replace(ctx.settings, rankings=dict(done), notes=tuple(problem.notes + ranking_notes(done)))
-        study, settings = create_or_resume(opts.study, storage, ctx.study, settings, problem)
+        study, settings = create_or_resume(opts.study, storage, ctx.study, settings, problem,
+                                           opts.sampler_object)
         ctx = replace(ctx, study=study, settings=settings)
         on_ranking(ctx)
 
@@ -132,5 +133,6 @@ def analyze_study(ctx: StudyContext, opts: TuneOptions, deadline: float | None =
     print_notes(ranking_notes(rankings))  # a route dropped from the analysis: said once
     settings = replace(ctx.settings, rankings_for=[ctx.settings.space_hash, problem.data_hash], rankings=rankings,
                        notes=tuple(problem.notes + ranking_notes(rankings)))
-    study, settings = create_or_resume(opts.study, storage, ctx.study, settings, problem)  # its sampler knows the ranking
+    study, settings = create_or_resume(opts.study, storage, ctx.study, settings, problem,
+                                           opts.sampler_object)  # its sampler knows the ranking
     return replace(ctx, study=study, settings=settings)

@@ -132,6 +132,9 @@ def tune_study(opts: TuneOptions) -> TuneResult:
         raise UserError(f"--n-trials {opts.n_trials}: needs at least 1")
     if opts.jobs < 1:
         raise UserError(f"--jobs {opts.jobs}: needs at least 1")
+    if opts.jobs > 1 and opts.sampler_object is not None:  # Optuna stores no sampler: a worker process has none
+        raise UserError(f"jobs={opts.jobs} with a sampler object: each worker process samples for itself and "
+                        "cannot be handed this one; use jobs=1, or a sampler name (sampler='tpe')")
     if not opts.trial_timeout > 0:
         raise UserError(f"--trial-timeout {opts.trial_timeout}: needs more than 0 seconds")
     if opts.top_k < 1:

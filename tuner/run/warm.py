@@ -13,7 +13,7 @@ from ..inputs.space import Space
 from ..search.settings import StudySettings
 from ..search.study import stored_settings
 from ..search.trials import completed, is_feasible, speed_key
-from ..store.storage import default_url, load_study
+from ..store.storage import load_study, study_url
 
 TOP = 5  # configs taken from the other study: its winner, then its fastest feasible trials
 
@@ -30,7 +30,7 @@ def parse_source(text: str) -> tuple[str, str]:
     name, _, url = text.partition("@")
     if not name:
         raise UserError(f"--warm-start {text!r}: write OTHER or OTHER@STORAGE_URL, e.g. bert@sqlite:///studies/bert.db")
-    return name, url or default_url(name)
+    return name, study_url(name, url)
 
 
 def warm_start(text: str, settings: StudySettings, space: Space) -> WarmStart:

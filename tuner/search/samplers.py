@@ -13,7 +13,7 @@ from ..inputs.space import Space
 from ..store.optuna_private import sampler_settings
 from . import seeding
 from .plan_samplers import STRATEGIES, make_plan_sampler
-from .settings import StudySettings
+from .settings import OBJECT_PREFIX, StudySettings
 
 GRID_MAX_POINTS = 100_000  # Optuna's grid sampler holds every point in memory, in every process
 
@@ -42,14 +42,21 @@ def plan_defaults(settings: StudySettings) -> dict:
     return {f"{name}/top_k": r["cut"] for name, r in (settings.rankings or {}).items()}
 
 
-def make_sampler(settings: StudySettings, space: Space, worker: int = 0) -> optuna.samplers.BaseSampler:
+def make_sampler(settings: StudySettings, space: Space, worker: int = 0,
+                 given: optuna.samplers.BaseSampler | None = None) -> optuna.samplers.BaseSampler:
     """Optuna's samplers take the study's seed, and draw each trial's numbers from (seed, the trial's slot)
     (tuner.search.seeding): parallel workers (`worker`, their index) propose different configs because their
     trials are different trials, and all of them share one grid order. A study stores its seed when it is
     created (search.study.create_or_resume); None here (a worker joining a study made before that) draws one
     for this process. fast/full/mixed take no seed: their plans run in a fixed order, shared by the workers
-    through the study."""
+    through the study. given: the sampler object the Python API was handed, for a study stored with one."""
     name = settings.sampler
+    if name.startswith(OBJECT_PREFIX):
+        if given is None:
+            raise UserError(f"this study samples with a sampler object ({name[len(OBJECT_PREFIX):]}) given to tuner.tune: "
+                            "pass it again (tuner.tune(..., sampler=...)); a --jobs or `tuner join` worker cannot be "
+                            "given one, so those need a study made with a sampler name (--sampler tpe)")
+        return given
     if name in STRATEGIES:
         return make_plan_sampler(name, space.params, defaults=plan_defaults(settings))
     seed = settings.seed if settings.seed is not None else seeding.new_seed()

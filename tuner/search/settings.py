@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+import optuna
+
 from .. import __version__
 from ..errors import UserError
 from ..inputs.model import model_hash
@@ -117,6 +119,18 @@ def readable_settings(attrs: dict | None) -> StudySettings:
         return StudySettings.from_attrs({k: v for k, v in attrs.items() if k != "require"}, load_user_metrics=False)
 
 
+# A sampler object handed to the Python API (tuner.tune(sampler=TPESampler(...))) is stored by this prefix and
+# its class: Optuna keeps no sampler, so every process that samples must be handed the object again.
+OBJECT_PREFIX = "object:"
+
+
+def object_name(sampler: optuna.samplers.BaseSampler) -> str:
+    """The name a study stores for a sampler object: its class, e.g. object:optuna.samplers.TPESampler."""
+    cls = type(sampler)
+    module = "optuna.samplers" if cls.__module__.startswith("optuna.samplers.") else cls.__module__
+    return f"{OBJECT_PREFIX}{module}.{cls.__qualname__}"
+
+
 def given_settings(model=None, space=None, data=None, calib_data=None, shapes=None, int_ranges=None, require=None,
                    objectives=None, sampler=None, seed=None, timing=None, ref_outputs=None) -> dict:
     """The settings the user gave on this call, by their stored names and in their typed form (a parsed
@@ -136,7 +150,9 @@ def given_settings(model=None, space=None, data=None, calib_data=None, shapes=No
         given["requirement"] = Requirement.parse(require)
     if objectives:
         given["objectives"] = _choice("--objectives", objectives, Objectives)
-    if sampler:
+    if isinstance(sampler, optuna.samplers.BaseSampler):  # the Python API's object: stored by its class
+        given["sampler"] = object_name(sampler)
+    elif sampler:
         given["sampler"] = _choice("--sampler", sampler, SAMPLERS)
     if seed is not None:
         given["seed"] = seed

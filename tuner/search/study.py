@@ -67,8 +67,8 @@ def stored_settings(study: optuna.Study | None, load_user_metrics: bool = True) 
     return StudySettings.from_attrs(attrs, load_user_metrics) if attrs else None
 
 
-def create_or_resume(name: str, storage, study: optuna.Study | None, settings: StudySettings,
-                     problem: Problem) -> tuple[optuna.Study, StudySettings]:
+def create_or_resume(name: str, storage, study: optuna.Study | None, settings: StudySettings, problem: Problem,
+                     sampler_object: optuna.samplers.BaseSampler | None = None) -> tuple[optuna.Study, StudySettings]:
     """Create the study (objective directions from the settings) or give the existing one a fresh
     sampler; store the settings. Called once the problem has loaded, so bad input writes nothing.
     A study without a seed (none given; or made before seeds were stored) gets one here, stored with its
@@ -76,7 +76,7 @@ def create_or_resume(name: str, storage, study: optuna.Study | None, settings: S
     n_objectives = len(settings.objectives.names)
     if settings.seed is None:
         settings = replace(settings, seed=new_seed())
-    sampler = make_sampler(settings, problem.space)
+    sampler = make_sampler(settings, problem.space, given=sampler_object)
     if study is None:
         try:
             study = optuna.create_study(study_name=name, storage=storage, directions=["minimize"] * n_objectives,

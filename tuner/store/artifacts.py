@@ -30,8 +30,8 @@ from optuna.trial import TrialState
 
 from ..errors import UserError
 from ..inputs.user_paths import dir_bytes
-from .optuna_private import inner_storage, journal_file, storage_of
-from .storage import local_path
+from .optuna_private import storage_of
+from .storage import local_path, url_of
 
 # {"url": the --artifacts given (None: the default), "keep": --keep-artifacts (search.choices.KEEP_ARTIFACTS)}
 STORE_ATTR = "artifact_store"
@@ -108,14 +108,9 @@ def open_store(url: str) -> Any:
 
 def storage_file(study: optuna.Study) -> str | None:
     """The SQLite or journal file a study is stored in; None for a database server or in memory.
-    (Optuna keeps no URL on a Study: read from its storage, unwrapping the cache around an RDBStorage.)"""
-    storage = storage_of(study)
-    url = getattr(inner_storage(storage), "url", None)  # _CachedStorage(RDBStorage); JournalStorage(JournalFileBackend)
-    if isinstance(url, str):
-        path = local_path(url.split("?", 1)[0])
-        return path if path and path != ":memory:" else None
-    path = journal_file(storage)
-    return path if isinstance(path, str) else None
+    (Optuna keeps no URL on a Study: read from its storage.)"""
+    url = url_of(storage_of(study))
+    return local_path(url) if url else None
 
 
 def default_folder(study_file: str, study: str) -> str:

@@ -17,7 +17,7 @@ import optuna
 
 from ..errors import UserError
 from .locks import directory_lock
-from .optuna_private import rdb_tables
+from .optuna_private import inner_storage, journal_file, rdb_tables
 from .proxy_client import GRPC_PREFIX, open_proxy
 
 STUDIES_DIR = "studies"
@@ -41,6 +41,38 @@ def check_study_name(name: str) -> str:
 
 def default_url(study: str) -> str:
     return f"sqlite:///{STUDIES_DIR}/{check_study_name(study)}.db"
+
+
+def study_url(study: str, storage: str | optuna.storages.BaseStorage | None = None) -> str:
+    """Where a study lives: the storage given (a URL, or an Optuna storage object the Python API was handed),
+    else studies/STUDY.db. An object is reopened by its URL, as every worker and trial child reopens it, with
+    engine-tuner's own settings (heartbeats, SQLite's WAL and write lock: open_storage)."""
+    if storage is None or storage == "":
+        return default_url(study)
+    if isinstance(storage, str):
+        return storage
+    if isinstance(storage, optuna.storages.BaseStorage):
+        url = url_of(storage)
+        if url is None:
+            raise UserError(f"storage={type(storage).__name__}: engine-tuner's workers and trial children reopen a "
+                            "study by its URL, and this storage has none; pass an RDBStorage (sqlite:///FILE.db, "
+                            f"postgresql+psycopg://...), a JournalStorage on a file, or the URL itself")
+        return url
+    raise UserError(f"storage={storage!r}: give a URL (sqlite:///FILE.db, {JOURNAL_PREFIX}FILE.log, "
+                    "postgresql+psycopg://user:pw@host:5432/db) or an Optuna storage object")
+
+
+def url_of(storage: optuna.storages.BaseStorage) -> str | None:
+    """The URL of an Optuna storage object: an RDBStorage's (under Optuna's cache too), a journal file's as
+    journal:///PATH; None where no URL names it (in memory, Redis, a gRPC proxy's client)."""
+    url = getattr(inner_storage(storage), "url", None)
+    if isinstance(url, str):
+        if url.startswith("sqlite:///"):
+            url = url.split("?", 1)[0]  # SQLite's query options: open_storage sets its own
+            return None if url == "sqlite:///:memory:" else url
+        return url
+    path = journal_file(storage)
+    return JOURNAL_PREFIX + path if isinstance(path, str) else None
 
 
 def local_path(url: str) -> str | None:
