@@ -74,3 +74,21 @@ def test_a_runtime_without_float32_settings_gets_nothing(tmp_path):
     ctx = context(tmp_path)
     add_defaults(ctx, "onnxruntime", 0.5)  # ONNX Runtime's CPU defaults compute in float32: nothing to set
     assert enqueue_float32_defaults(ctx) == 0 and waiting(ctx) == []
+
+
+def test_a_runtime_already_seen_does_not_stop_the_next_one_and_the_study_remembers_each(tmp_path):
+    ctx = context(tmp_path)
+    add_defaults(ctx, "onnxruntime", 0.5)  # missed, but ONNX Runtime has no float32 settings: seen, nothing queued
+    assert enqueue_float32_defaults(ctx) == 0
+    assert ctx.study.user_attrs["float32_enqueued/onnxruntime"] is True
+    add_defaults(ctx, "openvino", 0.032)
+    assert enqueue_float32_defaults(ctx) == 1 and len(waiting(ctx)) == 1
+    assert ctx.study.user_attrs["float32_enqueued/openvino"] is True
+
+
+def test_float32_defaults_queued_already_by_the_user_are_not_queued_twice(tmp_path):
+    ctx = context(tmp_path)
+    add_defaults(ctx, "openvino", 0.032)
+    ctx.study.enqueue_trial({"backend": "openvino", "inference_precision": "f32"})  # --enqueue gave it
+    enqueue_float32_defaults(ctx)
+    assert len(waiting(ctx)) == 1

@@ -9,15 +9,17 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from optuna.trial import TrialState
+from optuna.trial import TrialState, create_trial
 from test_objective_reads import REQUIRE, study_context
 
 from tuner.inputs.configs import route_choice
+from tuner.measure.guard import MIN_WINDOWS
 from tuner.measure.requirement import Requirement
 from tuner.search.enqueue import baseline_params
 from tuner.search.failures import KNOWN_FAILURE, PREFIX, failure_key
-from tuner.search.objective import Objective
+from tuner.search.objective import Objective, baseline_band, give_up_ratio
 from tuner.search.record import FAIL_REASON, LOCK_WAIT_S, REUSED_FROM, TrialRecord
+from tuner.search.samplers import grid_space
 
 
 class Failure(Exception):
@@ -33,10 +35,12 @@ class Evaluator:
 
     def __init__(self, metrics=None, fail=None, waited=0.0):
         self.calls, self.fail, self.metrics = [], fail, metrics if metrics is not None else {"cos": 0.004}
+        self.asked = []  # (config, band, give_up_above) of each measure
         self.lock_waits = SimpleNamespace(take=lambda: waited)
 
     def measure(self, config, out_dir, band=None, give_up_above=None) -> TrialRecord:
         self.calls.append(out_dir)
+        self.asked.append((config, band, give_up_above))
         os.makedirs(out_dir)
         open(os.path.join(out_dir, "engine.bin"), "w").close()
         if self.fail is not None:
@@ -116,3 +120,57 @@ def test_a_wait_for_another_study_s_timing_is_recorded_from_a_tenth_of_a_second(
     ctx = study_context(tmp_path, "random")
     t, = _run(ctx, Evaluator(waited=waited), str(tmp_path / "engines"))
     assert t.user_attrs.get(LOCK_WAIT_S) == recorded
+
+
+def test_the_evaluator_is_asked_for_the_trial_s_config_with_the_study_s_band_and_give_up_ratio(tmp_path):
+    ctx = study_context(tmp_path, "random")
+    for i in range(MIN_WINDOWS):  # paired trials on this machine: the baseline's band, the best ratio so far
+        ctx.study.add_trial(create_trial(
+            values=[0.5 + i / 10, 0.001],
+            user_attrs={"baseline_latency": {"median_ms": 10.0 + i}, "relative": {"ratio": 0.5 + i / 10},
+                        "machine": ctx.settings.machine, "config": {"trial": i}},
+            system_attrs={f"constraints:{b}": -0.004 for b in ctx.problem.requirement.bounds}))
+    done = ctx.study.get_trials()
+    band, give_up = baseline_band(done, ctx.settings.machine), give_up_ratio(done)
+    assert band is not None and give_up is not None
+    ev = Evaluator()
+    t, = _run(ctx, ev, str(tmp_path / "engines"))
+    [(config, asked_band, asked_give_up)] = ev.asked
+    assert config == t.user_attrs["config"] and asked_band == band and asked_give_up == give_up
+
+
+def test_a_trial_pruned_for_a_known_failure_violates_every_bound_and_says_which_trial_failed(tmp_path):
+    ctx = study_context(tmp_path, "random")
+    _run(ctx, Evaluator(fail=Failure("no kernel", "error", "building")), str(tmp_path / "e1"))
+    pruned, = _run(ctx, Evaluator(), str(tmp_path / "e2"))
+    assert pruned.state == TrialState.PRUNED
+    bounds = {k: v for k, v in pruned.system_attrs.items() if k.startswith("constraints:")}
+    assert bounds == {f"constraints:{b}": 1e30 for b in ctx.problem.requirement.bounds} | {"constraints:builds": 1.0}
+
+
+GRID_SPACE = """\
+name: grid
+backend: onnxruntime
+parameters:
+  precision: {type: categorical, choices: [fp32, int8-dynamic], default: fp32}
+  intra_op_num_threads: {type: int, low: 1, high: 2, default: 2}
+layer_overrides:
+  keep_float:
+    when: {precision: [int8-dynamic]}
+    op_types: [MatMul, Gemm]
+    granularity: node
+    encoding: independent
+"""
+
+
+def test_a_grid_study_s_trials_take_only_the_grid_s_parameters(tmp_path):
+    path = tmp_path / "grid.yaml"
+    path.write_text(GRID_SPACE)
+    ctx = study_context(tmp_path, "grid", str(path))
+    space = ctx.problem.space
+    grid = set(grid_space(space))
+    ctx.study.optimize(Objective(ctx, Evaluator(), engines_dir=str(tmp_path / "e")), n_trials=4)
+    assert space.overrides  # per-layer choices the grid leaves at their default
+    for t in ctx.study.trials:
+        assert t.state == TrialState.COMPLETE and set(t.params) <= grid and t.params, t.params
+    assert {t.params["precision"] for t in ctx.study.trials} == {"fp32", "int8-dynamic"}

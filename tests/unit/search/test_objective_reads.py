@@ -40,8 +40,8 @@ class Evaluator:
                            build_s=0.0, engine_bytes=0, backend="test", timing="alone")
 
 
-def study_context(tmp_path, sampler: str) -> StudyContext:
-    prob = SimpleNamespace(space=load_space(os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml")), graph_nodes=GRAPH,
+def study_context(tmp_path, sampler: str, space: str = os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml")) -> StudyContext:
+    prob = SimpleNamespace(space=load_space(space), graph_nodes=GRAPH,
                            requirement=Requirement.parse(REQUIRE))
     settings = replace(StudySettings.from_attrs({"sampler": sampler, "seed": 3, "require": REQUIRE}),
                        machine={"cpu": "test", "versions": {}}, timing=Timing.ALONE, backend="onnxruntime")

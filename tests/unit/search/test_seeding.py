@@ -257,3 +257,23 @@ def test_each_sampler_name_makes_its_sampler_and_records_what_changes_its_propos
         "tpe": "TPESampler", "nsga2": "NSGAIISampler", "random": "RandomSampler", "grid": "GridSampler"}
     assert sampler_options(made["nsga2"]) == {"class": "NSGAIISampler", "population_size": 50, "seeded": "per trial"}
     assert sampler_options(made["random"]) == {"class": "RandomSampler", "seeded": "per trial"}
+
+
+def test_the_grid_hands_out_unstarted_points_first_then_the_points_still_running():
+    sampler = seeding.GridSampler({"x": [0, 1, 2]}, seed=5)
+    study = optuna.create_study(sampler=sampler)
+
+    def start():
+        trial = study.ask()
+        trial.suggest_categorical("x", [0, 1, 2])
+        return trial
+
+    done = start()
+    study.tell(done, 1.0)
+    running = start()
+    ids = {t.number: t.system_attrs["grid_id"] for t in study.trials}
+    assert sampler._get_unvisited_grid_ids(study) == sorted({0, 1, 2} - set(ids.values()))
+    last = start()
+    ids = {t.number: t.system_attrs["grid_id"] for t in study.trials}
+    # every point started: the ones not finished, so each is evaluated before the study stops
+    assert sampler._get_unvisited_grid_ids(study) == sorted([ids[running.number], ids[last.number]])

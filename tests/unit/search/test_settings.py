@@ -52,7 +52,7 @@ def work(tmp_path, monkeypatch):
     ({"objectives": "speed"}, "--objectives speed: use one of latency,error, latency"),
     ({"sampler": "bayes"}, "--sampler bayes: use one of tpe, nsga2, gp, random, grid, fast, full, mixed"),
     ({"timing": "sometimes"}, "--timing sometimes: use one of paired, alone"),
-    ({"model": "nope.onnx"}, "nope.onnx: no such model file"),
+    ({"model": "nope.onnx"}, "nope.onnx: no such model file; pass the path of an .onnx file"),
     ({"require": "cos<0.1"}, "requirement 'cos<0.1' does not parse"),
 ])
 def test_given_settings_refuse_what_means_nothing(kwargs, message, work):
@@ -70,6 +70,7 @@ def test_given_settings_are_stored_normalised_with_absolute_paths(work):
                      "calib_data": str(work / "cal.npz"), "shapes": ["x=1"], "int_ranges": ["ids=0:9"],
                      "requirement": Requirement.parse("cos<=0.005,rel_l2<=0.01"), "objectives": Objectives.LATENCY,
                      "sampler": "fast", "seed": 0, "timing": Timing.ALONE}
+    assert given_settings(ref_outputs="ref.npz") == {"ref_outputs": str(work / "ref.npz")}
     assert given_settings() == {}  # nothing given: nothing to merge
     assert given_settings(seed=None, shapes=[], require="") == {}
 
@@ -84,6 +85,8 @@ def test_a_new_study_needs_the_model_and_takes_the_defaults(work):
         "require": "", "objectives": "latency,error", "sampler": "tpe", "seed": None, "created_with": __version__,
         "timing": None}  # decided by the study's backends once the problem has loaded (run/prepare.py)
     assert settings.space_hash == file_hash(DEFAULT_SPACE) and settings.requirement == Requirement(())
+    assert settings.model_hash == model_hash(str(work / "m.onnx")) and settings.spec.require == ""
+    assert settings.created_at > 0
     mine = new_settings(given_settings(model="m.onnx", space="space.yaml", sampler="random", require="cos<=0.01"))
     assert mine.space_path == str(work / "space.yaml") and mine.space_hash == file_hash("space.yaml")
     assert mine.sampler == "random" and mine.spec.require == "cos<=0.01"  # the text child processes load
@@ -218,3 +221,11 @@ def test_reports_read_any_study():
     assert [b.metric for b in gone.requirement.bounds] == ["my_metrics:gone"]
     broken = readable_settings(SCHEMA_1 | {"require": "cos<"})
     assert broken.requirement == Requirement(()) and broken.seed == 3
+
+
+def test_a_refused_setting_is_named_by_its_flag_and_its_stored_value_as_the_user_writes_it(work):
+    stored = _stored(work)
+    with pytest.raises(UserError, match=r"^study 's' was created with objectives='latency,error', not 'latency'; "):
+        merge_settings("s", stored, given_settings(objectives="latency"), force=False)
+    with pytest.raises(UserError, match=r"^study 's' was created with require='cos<=0.005', not 'cos<=0.01'; "):
+        merge_settings("s", stored, given_settings(require="cos<=0.01"), force=False)

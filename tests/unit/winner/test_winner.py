@@ -72,3 +72,10 @@ def test_the_tie_line_says_the_simplest_won():
     assert ("trial 12 ties trial 7 within noise" in tie[0] and "trial 7 read fastest" in tie[0]
             and "the simplest of them wins, with 2 choices off the defaults (trial 7: 6)" in tie[0]), tie
     assert not any(line.startswith("tie") for line in finalist_lines(winner | {"tie": None}))
+
+
+def test_intervals_that_touch_tie():
+    fastest = {"trial": 7, "relative": {"ratio": 0.50, "ci_low": 0.45, "ci_high": 0.55}, "choices": 6}
+    touching = {"trial": 9, "relative": {"ratio": 0.60, "ci_low": 0.55, "ci_high": 0.65}, "choices": 1}
+    winner, tied = simplest_among_ties([fastest, touching])
+    assert winner["trial"] == 9 and [f["trial"] for f in tied] == [7]
