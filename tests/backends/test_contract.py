@@ -86,15 +86,16 @@ def test_keep_in_float_restores_accuracy_on_the_planted_demo(problem, backend, t
     assert err_kept < err_all / 3, (route, err_all, err_kept)
 
 
-def test_save_writes_a_loadable_engine(problem, backend, tmp_path):
+@pytest.mark.parametrize("folder", ["saved", "build"])  # build: the folder it was built in, where a trial saves it
+def test_save_writes_a_loadable_engine(problem, backend, tmp_path, folder):
     engine = _engine(problem, backend, {"precision": "fp32"}, tmp_path / "build")
     try:
         before = engine.run(problem.batches[0])
-        main = engine.save(str(tmp_path / "saved"))
+        main = engine.save(str(tmp_path / folder))
     finally:
         engine.close()
     assert os.path.isfile(main)
-    loaded = backend.load(str(tmp_path / "saved"))
+    loaded = backend.load(str(tmp_path / folder))
     try:
         after = loaded.run(problem.batches[0])
     finally:
@@ -102,6 +103,6 @@ def test_save_writes_a_loadable_engine(problem, backend, tmp_path):
     for name, value in before.items():
         np.testing.assert_allclose(after[name], value, rtol=1e-4, atol=1e-5)
     scope = {"inputs": problem.batches[0]}
-    exec(backend.usage(str(tmp_path / "saved")), scope)  # the lines export writes for users, run as given
+    exec(backend.usage(str(tmp_path / folder)), scope)  # the lines export writes for users, run as given
     for got, want in zip(scope["outputs"], before.values()):
         np.testing.assert_allclose(np.asarray(got, np.float32), want, rtol=1e-4, atol=1e-5)

@@ -59,32 +59,42 @@ class Engine(Protocol):
         returns a float gives its own time in ms (a GPU's CUDA events); None: the wall clock times it."""
 
     def save(self, out_dir: str) -> str:
-        """Write a loadable engine (artifact + the config it needs) into out_dir; return its main file."""
+        """Write a loadable engine (artifact + the config it needs) into out_dir; return its main file. out_dir may
+        be the folder it was built in (BuildContext.workdir): a trial saves its engine there."""
 
     def close(self) -> None:
         """Free the engine's memory and threads."""
 
-    # An engine may also have compute_precision() -> dict: the precision it actually computes in, as its
-    # runtime reports it (engine_precision below reads it; an engine without it reports {}):
-    #   {"inference": "bf16",      # what its float parts run in: f32, bf16, f16 (the runtime's own answer)
-    #    "source": "OpenVINO INFERENCE_PRECISION_HINT bf16",  # where that answer came from
-    #    "quantized_nodes": 23,    # matrix ops (MatMul, Conv, Gemm, ...) that run quantized
-    #    "float_nodes": 1,         # matrix ops that run in float
-    #    "quantized": ["int8"]}    # the integer types of the quantized ones
-    # It is not a member of this Protocol, so an engine written without it (a third party's) still is an Engine.
 
 
-PRECISION_METHOD = "compute_precision"
+# An engine's optional abilities, each a Protocol of its own: a third party's engine that has the method has the
+# ability, with nothing to inherit, and the tuner asks isinstance (runtime_checkable), never getattr.
+@runtime_checkable
+class ReportsPrecision(Protocol):
+    def compute_precision(self) -> dict:
+        """The precision the engine computes in, as its runtime reports it (engine_precision below):
+          {"inference": "bf16",      # what its float parts run in: f32, bf16, f16 (the runtime's own answer)
+           "source": "OpenVINO INFERENCE_PRECISION_HINT bf16",  # where that answer came from
+           "quantized_nodes": 23,    # matrix ops (MatMul, Conv, Gemm, ...) that run quantized
+           "float_nodes": 1,         # matrix ops that run in float
+           "quantized": ["int8"]}    # the integer types of the quantized ones"""
+
+
+@runtime_checkable
+class ProfilesNodes(Protocol):
+    def node_times(self, batch: Batch, workdir: str, runs: int, max_seconds: float) -> list[dict]:
+        """Each runtime node from the runtime's own profiler, median of `runs` runs (at most max_seconds):
+        [{"name", "op" (as it ran), "ms", "originals" (the model nodes it holds, where the runtime says)}].
+        `tuner profile` (tuner.execute.profiling) asks it of a backend that declares profiles_nodes."""
 
 
 def engine_precision(engine: object) -> dict:
-    """What `engine` computes in (its compute_precision(); see Engine): {} for an engine that cannot say,
-    {"error": ...} where asking failed: knowing the precision never costs a measurement."""
-    method = getattr(engine, PRECISION_METHOD, None)
-    if method is None:
+    """What `engine` computes in (ReportsPrecision): {} for an engine that cannot say, {"error": ...} where
+    asking failed: knowing the precision never costs a measurement."""
+    if not isinstance(engine, ReportsPrecision):
         return {}
     try:
-        return dict(method() or {})
+        return dict(engine.compute_precision() or {})
     except Exception as exc:  # noqa: BLE001  a runtime that cannot answer leaves the trial as it was
         return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -101,6 +111,8 @@ class Backend(abc.ABC):
     # precision hint out gets the library's own default, which may be lower (OpenVINO: bf16 on a CPU
     # with BF16; TensorRT and CUDA: TF32).
     float32: dict = {}
+    # Its engines are ProfilesNodes: `tuner profile` refuses a backend without it before building anything.
+    profiles_nodes: bool = False
     # Settings (config keys) an expert gives a quantized engine where the adapted space offers them
     # (OpenVINO: bf16 for the float parts on a CPU with BF16, static shapes); the route variants, the
     # ranking and its enqueued greedy trial use them (tuner.analysis.variants).

@@ -5,6 +5,7 @@ import argparse
 import importlib
 import re
 import sys
+from importlib.metadata import entry_points
 
 from .. import __version__
 from ..backends.tensorrt.cli import add_routes_parser
@@ -166,7 +167,29 @@ def build_parser() -> argparse.ArgumentParser:
     add_routes_parser(sub)  # provided by the TensorRT backend
     _add_cluster_parsers(sub)
     _add_inspect_parsers(sub)
+    _add_backend_commands(sub)
     return ap
+
+
+# Other distributions add commands (a backend's own tools) through this entry point group:
+#   [project.entry-points."engine_tuner.commands"]
+#   mytool = "my_package.cli:add_parser"   # add_parser(sub): sub.add_parser("mytool", ...), set_defaults(run="MODULE:FUNC")
+# add_parser runs at every start of `tuner`, so its module imports nothing heavy; FUNC's module loads when it runs.
+COMMAND_ENTRY_POINTS = "engine_tuner.commands"
+
+
+def _add_backend_commands(sub) -> None:
+    """The commands installed distributions add; one that fails to load is named in one line, the rest work."""
+    for ep in entry_points(group=COMMAND_ENTRY_POINTS):
+        source = ep.dist.name if ep.dist else ep.value
+        if ep.name in sub.choices:  # a built-in command is never taken over
+            print(f"tuner: note: {source} adds a command {ep.name!r}, which tuner has already; left out", file=sys.stderr)
+            continue
+        try:
+            ep.load()(sub)
+        except Exception as exc:  # noqa: BLE001  another distribution's bug must not stop every command
+            print(f"tuner: note: the command {ep.name!r} of {source} did not load ({type(exc).__name__}: {exc})",
+                  file=sys.stderr)
 
 
 def _add_tune_parser(sub) -> None:

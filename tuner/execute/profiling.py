@@ -6,25 +6,33 @@ from __future__ import annotations
 
 import os
 
+from ..backends.base import ProfilesNodes, get_backend, known_backends
 from ..errors import UserError
 
-PROFILED_BACKENDS = ("onnxruntime", "openvino")
 RUNS, MAX_SECONDS = 20, 5.0
 
 
 def check_profiled(backend: str) -> None:
-    if backend not in PROFILED_BACKENDS:
-        raise UserError(f"backend {backend}: no per-node profile here (tuner profile reads the profilers of "
-                        f"{' and '.join(PROFILED_BACKENDS)})")
+    """Refused before anything is built: a backend whose engines have no profiler (Backend.profiles_nodes)."""
+    if not get_backend(backend).profiles_nodes:
+        raise UserError(f"backend {backend}: no per-node profile here (its Backend does not declare profiles_nodes: "
+                        f"{', '.join(b for b in known_backends() if _profiles(b))} do)")
+
+
+def _profiles(name: str) -> bool:
+    try:
+        return get_backend(name).profiles_nodes
+    except UserError:  # not installed here
+        return False
 
 
 def engine_node_times(backend: str, engine, batch: dict, workdir: str, runs: int = RUNS,
                       max_seconds: float = MAX_SECONDS) -> list[dict]:
     """Each runtime node of a built engine: {"name", "op" (as it ran), "ms" (median run), "originals" (the
-    model nodes the runtime says it holds, where it says)}, from its backend's profiler (Engine.node_times)."""
+    model nodes the runtime says it holds, where it says)}, from its backend's profiler (ProfilesNodes)."""
     check_profiled(backend)
-    node_times = getattr(engine, "node_times", None)
-    if node_times is None:
-        raise UserError(f"backend {backend}: its engines have no profiler (Engine.node_times)")
+    if not isinstance(engine, ProfilesNodes):
+        raise UserError(f"backend {backend}: declares profiles_nodes, but its engine has no node_times "
+                        "(tuner.backends.base.ProfilesNodes)")
     os.makedirs(workdir, exist_ok=True)
-    return node_times(batch, workdir, runs, max_seconds)
+    return engine.node_times(batch, workdir, runs, max_seconds)

@@ -69,6 +69,7 @@ outputs = session.run(None, inputs)  # inputs: {{input name: numpy array}}"""
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     device = "cpu"
+    profiles_nodes = True
     routes = ROUTES
     quantizing_routes = QUANTIZING_ROUTES
 

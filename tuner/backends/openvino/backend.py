@@ -26,6 +26,7 @@ from .quantize import QUANTIZING_ROUTES, ROUTE_DEFAULTS, ROUTES, apply_precision
 class OpenVinoBackend(Backend):
     name = "openvino"
     device = "cpu"
+    profiles_nodes = True
     routes = ROUTES
     quantizing_routes = QUANTIZING_ROUTES
     float32: dict = FLOAT32
