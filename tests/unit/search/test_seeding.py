@@ -259,6 +259,12 @@ def test_each_sampler_name_makes_its_sampler_and_records_what_changes_its_propos
     assert sampler_options(made["random"]) == {"class": "RandomSampler", "seeded": "per trial"}
 
 
+def test_gp_names_the_gp_sampler():
+    torch_or_skip()
+    made = make_sampler(StudySettings.from_attrs({"sampler": "gp", "seed": 5}), SPACE)
+    assert type(made).__name__ == "GPSampler" and isinstance(made, seeding.PerTrialSeed)
+
+
 def test_the_grid_hands_out_unstarted_points_first_then_the_points_still_running():
     sampler = seeding.GridSampler({"x": [0, 1, 2]}, seed=5)
     study = optuna.create_study(sampler=sampler)
