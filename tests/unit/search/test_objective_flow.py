@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from optuna.trial import TrialState, create_trial
-from test_objective_reads import REQUIRE, study_context
+from test_objective_reads import GRAPH, REQUIRE, study_context
 
 from tuner.inputs.configs import route_choice
 from tuner.measure.guard import MIN_WINDOWS
@@ -174,3 +174,34 @@ def test_a_grid_study_s_trials_take_only_the_grid_s_parameters(tmp_path):
     for t in ctx.study.trials:
         assert t.state == TrialState.COMPLETE and set(t.params) <= grid and t.params, t.params
     assert {t.params["precision"] for t in ctx.study.trials} == {"fp32", "int8-dynamic"}
+
+
+def test_another_config_is_built_not_reused_and_a_reuse_of_a_reuse_names_the_build(tmp_path):
+    ctx = study_context(tmp_path, "random")
+    engines, ev = str(tmp_path / "engines"), Evaluator()
+    _run(ctx, ev, engines, n=3)  # the baseline three times: built once
+    assert [t.user_attrs.get(REUSED_FROM) for t in ctx.study.trials] == [None, 0, 0]
+    other = baseline_params(ctx) | {"intra_op_num_threads": 1}
+    ctx.study.enqueue_trial(other)
+    ctx.study.optimize(Objective(ctx, ev, engines_dir=engines), n_trials=1)
+    assert REUSED_FROM not in ctx.study.trials[-1].user_attrs and len(ev.calls) == 2
+
+
+def test_a_config_too_slow_to_time_is_pruned_when_it_comes_again(tmp_path):
+    ctx = study_context(tmp_path, "random")
+    first, = _run(ctx, Evaluator(fail=Failure("too slow to time", "timeout", "timing")), str(tmp_path / "e1"))
+    learnt = ctx.study.user_attrs[PREFIX + failure_key(first.user_attrs["config"])]
+    assert learnt["trial"] == 0 and learnt["reason"] == "too slow to time"
+    ev = Evaluator()
+    again, = _run(ctx, ev, str(tmp_path / "e2"))
+    assert again.state == TrialState.PRUNED and ev.calls == [] and again.user_attrs[KNOWN_FAILURE]["trial"] == 0
+
+
+def test_a_study_of_another_sampler_searches_the_per_layer_choices(tmp_path):
+    path = tmp_path / "grid.yaml"
+    path.write_text(GRID_SPACE)  # the same space, sampled at random
+    ctx = study_context(tmp_path, "random", str(path))
+    ctx.study.enqueue_trial({"precision": "int8-dynamic"})  # the per-layer choices left to the sampler
+    ctx.study.optimize(Objective(ctx, Evaluator(), engines_dir=str(tmp_path / "e")), n_trials=1)
+    params = ctx.study.trials[-1].params
+    assert {k for k in params if k.startswith("keep_float/")} == {f"keep_float/{name}" for name, _ in GRAPH}

@@ -180,6 +180,13 @@ def test_check_data_refuses_other_data_whatever_the_force():
                                    "the study has abc)")
 
 
+def test_a_space_file_s_hash_is_the_first_16_hex_of_its_sha256(work):
+    import hashlib
+
+    digest = hashlib.sha256((work / "space.yaml").read_bytes()).hexdigest()
+    assert file_hash(str(work / "space.yaml")) == digest[:16]  # stored: studies made before compare with it
+
+
 def test_the_timing_of_a_study_never_changes(work):
     stored = merge_settings("s", _stored(work), given_settings(timing="paired"), force=True)
     for force in (False, True):
