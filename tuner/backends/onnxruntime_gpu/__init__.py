@@ -23,9 +23,7 @@ from ..common.cuda_rt import DeviceRuntime, load_runtime
 from ..common.onnx_precision import ROUTE_OPTIONS, apply_precision
 from ..common.onnx_precision import ROUTES as TRT_ROUTES
 from ..common.paths import slug
-from ..onnxruntime.backend import OrtEngine
-from ..onnxruntime.precision import file_precision
-from ..onnxruntime.session import adapt_feed, read_engine_dir, write_settings
+from ..onnxruntime import OrtEngine, adapt_feed, file_precision, read_engine_dir, write_settings  # its public surface
 from .providers import (
     CPU_EP,
     CUDA_EP,
