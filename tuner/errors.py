@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import contextmanager
+from enum import Enum
 
 # Exit codes besides 0 and 2 (bad input): a run that went through but found nothing usable.
 EXIT_ALL_FAILED = 3  # every trial of the study failed
@@ -13,6 +14,49 @@ EXIT_NONE_FEASIBLE = 4  # trials completed, none meets the requirement
 
 class UserError(Exception):
     """A mistake the user can fix (bad file, bad flag, bad field). The message says what and how."""
+
+
+class FailureKind(str, Enum):
+    """How a job in a child process failed."""
+
+    ERROR = "error"  # an exception in the job: the same input fails the same way
+    TIMEOUT = "timeout"  # its time ran out
+    CRASH = "crash"  # the child died (a signal, an exit code)
+
+    __str__ = str.__str__  # the value, in messages and f-strings, on every Python version
+    __format__ = str.__format__
+
+
+class JobPhase(str, Enum):
+    """What a job was doing, as engine-tuner names it: the one place for these words. A backend reports phases of
+    its own too ("calibration", "compile"), which count as building. A phase may carry more after its name
+    ("waiting for the timing lock, held by ..."): `of` reads it. search.failures decides by it what a failure says
+    of the route or the config."""
+
+    START_UP = "start-up"
+    LOADING = "loading the model and reference"
+    WAITING_FOR_LOCK = "waiting for the timing lock"
+    TIMING = "timing"
+    ACCURACY_CHECK = "accuracy check"
+    SAVING = "saving the engine"
+    PROFILING = "profiling"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @classmethod
+    def of(cls, phase: str) -> JobPhase | None:
+        """The phase of engine-tuner's that `phase` names (or starts with); None for a backend's own."""
+        return next((p for p in cls if phase == p.value or phase.startswith((p.value + " ", p.value + ","))), None)
+
+
+class TrialFailure(Exception):
+    """A job in a child process could not be done; the message is the reason (stored as the trial's fail_reason).
+    kind: how it failed; phase: what the job was doing (a Phase, or a backend's own words)."""
+
+    def __init__(self, message: str, kind: FailureKind = FailureKind.ERROR, phase: str = ""):
+        super().__init__(message)
+        self.kind, self.phase = FailureKind(kind), phase
 
 
 class Terminated(KeyboardInterrupt):

@@ -8,9 +8,9 @@ import psutil
 import pytest
 from needs import backend_or_skip
 
+from tuner.errors import TrialFailure
 from tuner.execute.engine_process import LOAD_PHASE, EngineProcess
 from tuner.execute.evaluate import build_checked
-from tuner.execute.isolate import TrialFailure
 from tuner.problem.spec import config_from_sets, load_problem
 
 

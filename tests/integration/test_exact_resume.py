@@ -29,7 +29,7 @@ import optuna
 import psutil
 import pytest
 
-from tuner.execute.isolate import TrialFailure
+from tuner.errors import TrialFailure
 from tuner.inputs.space import SPACES_DIR, load_space
 from tuner.measure.requirement import Requirement
 from tuner.run.tune import recover_stale_trials

@@ -16,8 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from ..errors import UserError
-from ..execute.isolate import TrialFailure
+from ..errors import TrialFailure, UserError
 from ..execute.jobs import Evaluator, OutOfTime
 from ..inputs.configs import effective_encoding, layer_candidates
 from ..inputs.space import ROUTE_KEY, LayerOverride

@@ -26,8 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from ..backends.base import backend_versions, get_backend
-from ..errors import UserError
-from ..execute.isolate import TrialFailure
+from ..errors import TrialFailure, UserError
 from ..execute.jobs import Evaluator
 from ..inputs.configs import layer_candidates
 from ..inputs.space import LayerOverride

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from ..backends.base import backend_versions, get_backend
-from ..execute.isolate import TrialFailure
+from ..errors import TrialFailure
 from ..execute.jobs import Evaluator
 from ..inputs.attention import may_have_attention
 from ..inputs.configs import override_active

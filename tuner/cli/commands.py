@@ -11,8 +11,7 @@ from ..analysis.quantizing import quantizing_override, route_config
 from ..analysis.sensitivity import float_set, sensitivity_table
 from ..analysis.variants import carried_settings, choose, measure_variants, variant_setups
 from ..api import study_problem
-from ..errors import UserError
-from ..execute.isolate import TrialFailure
+from ..errors import TrialFailure, UserError
 from ..execute.jobs import Evaluator
 from ..inputs.attention import attention_softmaxes, may_have_attention
 from ..inputs.configs import layer_candidates, parse_set

@@ -4,8 +4,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 
-from ..errors import UserError
-from ..execute.isolate import TrialFailure
+from ..errors import TrialFailure, UserError
 from ..execute.jobs import Evaluator
 from ..execute.profiling import check_profiled
 from ..inputs.model import consumers_of

@@ -20,8 +20,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..backends.base import Batch, load_for_timing
+from ..errors import FailureKind, JobPhase, TrialFailure
 from ..measure.paired import InProcess
-from .isolate import TrialFailure
 from .orphans import end_with_parent
 
 RUNTIMES = ("onnxruntime", "openvino", "nncf", "tensorrt", "torch")  # what must not share an engine's process
@@ -55,18 +55,18 @@ class EngineProcess:
             self.close()
             raise
 
-    def _ask(self, message: tuple, timeout_s: float | None = None, phase: str = "timing") -> Any:
+    def _ask(self, message: tuple, timeout_s: float | None = None, phase: str = JobPhase.TIMING) -> Any:
         """The child's answer; TrialFailure (in `phase`) where it has none in time, dies, or raised."""
         wait = timeout_s if timeout_s is not None else self.timeout_s
         try:
             self._conn.send(message)
             if not self._conn.poll(wait):
-                raise TrialFailure(f"{self.label} process: no answer in {wait:g} s", "timeout", phase)
+                raise TrialFailure(f"{self.label} process: no answer in {wait:g} s", FailureKind.TIMEOUT, phase)
             kind, value = self._conn.recv()
         except (EOFError, OSError):
-            raise TrialFailure(f"{self.label} process {self._ended()} during {phase}", "crash", phase) from None
+            raise TrialFailure(f"{self.label} process {self._ended()} during {phase}", FailureKind.CRASH, phase) from None
         if kind == "error":
-            raise TrialFailure(f"{self.label} process: {value} (during {phase})", "error", phase)
+            raise TrialFailure(f"{self.label} process: {value} (during {phase})", FailureKind.ERROR, phase)
         return value
 
     def _ended(self) -> str:

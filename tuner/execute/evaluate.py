@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backends.base import Backend, BuildContext, Engine, engine_precision, get_backend
+from ..errors import JobPhase
 from ..inputs.ref_outputs import check_against_engine
 from ..inputs.user_paths import dir_bytes
 from ..measure.accuracy import compute_metrics, load_user_metric
@@ -126,14 +127,14 @@ def build_checked(problem: Problem, config: dict, out_dir: str, limit_ms: float 
                   backend.device, build_s, hears_timing=type(backend).measured is not Backend.measured)
     try:
         if check:
-            on_phase("accuracy check")
+            on_phase(JobPhase.ACCURACY_CHECK)
             with LoadMeter() as meter:  # the load while a slow run was timed, should it be one
                 built.metrics, built.per_output, built.slow_ms = accuracy_within(problem, engine, limit_ms)
             built.violations = problem.requirement.violations(built.metrics)
             built.feasible = problem.requirement.holds(built.metrics)
             built.check_load = meter.load.to_dict()
             built.precision = engine_precision(engine)
-        on_phase("saving the engine")
+        on_phase(JobPhase.SAVING)
         built.main = os.path.relpath(engine.save(out_dir), out_dir)
     finally:
         engine.close()

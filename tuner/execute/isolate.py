@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import FailureKind, JobPhase, TrialFailure
 from .orphans import end_with_parent
 
 _CTX = None
@@ -24,16 +25,6 @@ _CTX = None
 _IMPORTED_IN = os.getpid()
 # Preloaded into the forkserver (a backend whose library is missing is skipped there).
 PRELOAD = ["tuner.execute.jobs", "tuner.backends.onnxruntime.backend", "tuner.backends.openvino.backend"]
-
-
-class TrialFailure(Exception):
-    """The job could not be done; the message is the reason (stored as the trial's fail_reason).
-    kind: "error" (an exception in the job: deterministic for the same input), "timeout" or "crash";
-    phase: what the job was doing ("calibration", "timing", ...)."""
-
-    def __init__(self, message: str, kind: str = "error", phase: str = ""):
-        super().__init__(message)
-        self.kind, self.phase = kind, phase
 
 
 def _context():
@@ -158,12 +149,12 @@ class IsolatedRunner:
         child.close()
 
     def _wait(self, timeout_s: float) -> Any:
-        phase = "start-up"
+        phase: str = JobPhase.START_UP
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TrialFailure(f"timed out after {timeout_s:g} s during {phase}", "timeout", phase)
+                raise TrialFailure(f"timed out after {timeout_s:g} s during {phase}", FailureKind.TIMEOUT, phase)
             try:
                 if not self._conn.poll(min(left, 1.0)):
                     continue
@@ -172,9 +163,9 @@ class IsolatedRunner:
                 self._proc.join(5)
                 code = self._proc.exitcode
                 if code is not None and code < 0:
-                    raise TrialFailure(f"killed by signal {-code} ({_signal_name(-code)}) during {phase}", "crash",
+                    raise TrialFailure(f"killed by signal {-code} ({_signal_name(-code)}) during {phase}", FailureKind.CRASH,
                                        phase) from None
-                raise TrialFailure(f"child process exited with code {code} during {phase}", "crash", phase) from None
+                raise TrialFailure(f"child process exited with code {code} during {phase}", FailureKind.CRASH, phase) from None
             if kind == "phase":
                 phase = value
                 if self.on_phase is not None:
@@ -182,7 +173,7 @@ class IsolatedRunner:
             elif kind == "ok":
                 return value
             else:
-                raise TrialFailure(f"{value} (during {phase})", "error", phase)
+                raise TrialFailure(f"{value} (during {phase})", FailureKind.ERROR, phase)
 
     def close(self) -> None:
         """End the child (idle between jobs, or hung: either way nothing is lost)."""

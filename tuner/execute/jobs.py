@@ -16,6 +16,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..backends.base import engine_precision, get_backend
+from ..errors import JobPhase
 from ..measure.guard import BaselineBand
 from ..measure.latency import LatencyProtocol, measure_latency
 from ..measure.paired import measure_paired
@@ -69,7 +70,7 @@ def loaded_problem(spec: dict, cache_dir: str) -> Problem:
 def build_job(spec: dict, cache_dir: str, config: dict, out_dir: str, limit_ms: float | None = None,
               check: bool = True, study: str = "", on_phase: Phase = no_phase) -> Built:
     """A candidate built, checked and saved into out_dir for its timing process (evaluate.build_checked)."""
-    on_phase("loading the model and reference")
+    on_phase(JobPhase.LOADING)
     problem = loaded_problem(spec, cache_dir)
     return build_checked(problem, config, out_dir, limit_ms, on_phase, study, check)
 
@@ -92,7 +93,7 @@ def _checked_engine(problem: Problem, config: dict, on_phase: Phase, study: str 
     with tempfile.TemporaryDirectory(prefix="tuner-job-") as work:
         engine, backend, _ = build(problem, config, work, on_phase, study=study)
         try:
-            on_phase("accuracy check")
+            on_phase(JobPhase.ACCURACY_CHECK)
             yield (engine, backend, *check_accuracy(problem, engine))
         finally:
             engine.close()
@@ -112,7 +113,7 @@ def accuracy_job(spec: dict, cache_dir: str, config: dict, protocol: dict | None
                 base, _, _ = build(problem, baseline, work, lambda p: on_phase(f"baseline {p}"), study=study)
                 try:
                     with timing_lock(backend.device, on_phase, study, "an analysis"):
-                        on_phase("timing")
+                        on_phase(JobPhase.TIMING)
                         cand, base_stats, rel = measure_paired(engine.timed_call(problem.batches[0]),
                                                                base.timed_call(problem.batches[0]),
                                                                LatencyProtocol(**protocol))
@@ -122,7 +123,7 @@ def accuracy_job(spec: dict, cache_dir: str, config: dict, protocol: dict | None
                     "ratio_ci": [rel.ci_low, rel.ci_high]}
         elif protocol:
             with timing_lock(backend.device, on_phase, study, "an analysis"):
-                on_phase("timing")
+                on_phase(JobPhase.TIMING)
                 out["median_ms"] = measure_latency(engine.timed_call(problem.batches[0]),
                                                    LatencyProtocol(**protocol)).median_ms
     return out
@@ -138,7 +139,7 @@ def node_times_job(spec: dict, cache_dir: str, backend: str, on_phase: Phase = n
                    study: str = "") -> dict[str, float]:
     """Each node's share of the fp32 run time, from the backend's profiler; {} where it has none."""
     problem = loaded_problem(spec, cache_dir)
-    on_phase("profiling")
+    on_phase(JobPhase.PROFILING)
     with tempfile.TemporaryDirectory(prefix="tuner-prof-") as work:
         return get_backend(backend).node_times(problem.model, problem.batches[:1], work)
 
@@ -155,7 +156,7 @@ def profile_job(spec: dict, cache_dir: str, configs: list[dict], on_phase: Phase
             engine, backend, _ = build(problem, config, os.path.join(work, str(i)), on_phase, study=study)
             try:
                 with timing_lock(backend.device, on_phase, study, "profile"):
-                    on_phase("profiling")
+                    on_phase(JobPhase.PROFILING)
                     out.append(engine_node_times(backend.name, engine, problem.batches[0],
                                                  os.path.join(work, f"profile-{i}")))
             finally:
@@ -191,7 +192,7 @@ def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase:
     """Rebuild `config`, check its accuracy and save the engine into out_dir."""
     problem = loaded_problem(spec, cache_dir)
     with _checked_engine(problem, config, on_phase, study) as (engine, backend, metrics, per_output):
-        on_phase("saving")
+        on_phase(JobPhase.SAVING)
         path = engine.save(out_dir)
         precision = engine_precision(engine)
     return {"metrics": metrics, "per_output": per_output, "engine": path, "backend": backend.name,
@@ -207,7 +208,7 @@ def load_job(spec: dict, cache_dir: str, config: dict, engine_dir: str, main: st
     on_phase("loading the engine")
     engine = backend.load(engine_dir)
     try:
-        on_phase("accuracy check")
+        on_phase(JobPhase.ACCURACY_CHECK)
         metrics, per_output = check_accuracy(problem, engine)
         precision = engine_precision(engine)
     finally:
@@ -228,7 +229,7 @@ def verify_job(spec: dict, cache_dir: str, config: dict, baseline: dict, engine_
         used = get_backend(backend)
         engine = used.load(engine_dir)
         try:
-            on_phase("accuracy check")
+            on_phase(JobPhase.ACCURACY_CHECK)
             metrics, _ = check_accuracy(problem, engine)
         finally:
             engine.close()

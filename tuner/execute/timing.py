@@ -18,13 +18,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..backends.base import Batch
+from ..errors import JobPhase
 from ..measure.guard import BaselineBand, guard_record
 from ..measure.latency import LatencyProtocol, LatencyStats
 from ..measure.load import Load, LoadMeter, wait_until_quiet, with_processes
 from ..measure.paired import SLOW_RUN, measure_alone, measure_paired, relative_to, stopped_at, time_blocks
 from ..problem.spec import Problem
 from ..search.record import TrialRecord
-from ..store.locks import WAITING_FOR_LOCK, timing_lock
+from ..store.locks import timing_lock
 from .engine_process import EngineProcess
 from .evaluate import Built, Phase, build_checked, no_phase
 
@@ -99,11 +100,11 @@ def time_trial(candidate: EngineProcess, baseline: BaselineProcess | None, devic
     quiet machine (when_busy "wait", RETIMES) and, still above, marked disturbed (guard_record). give_up_above: the
     ratio past which the candidate cannot win (paired timing stops there). wait_quiet: how "wait" waits for a
     quiet machine (a test passes its own: on a machine never quiet the real one waits 30 min)."""
-    on_phase(WAITING_FOR_LOCK)
+    on_phase(JobPhase.WAITING_FOR_LOCK)
     with timing_lock(device, on_phase, study, "a trial"):
         if when_busy == "wait":
             wait_quiet(on_phase)
-        on_phase("timing")
+        on_phase(JobPhase.TIMING)
         start = time.time()
         retimed = 0
         base = baseline.get() if baseline is not None else None

@@ -16,8 +16,7 @@ from collections.abc import Callable
 
 from optuna.trial import TrialState
 
-from ..errors import GATE, install_stops
-from ..execute.isolate import TrialFailure
+from ..errors import GATE, TrialFailure, install_stops
 from ..execute.jobs import Evaluator
 from ..execute.orphans import end_with_parent
 from ..measure.requirement import Requirement

@@ -11,8 +11,7 @@ from dataclasses import dataclass, replace
 import optuna
 from optuna.trial import TrialState
 
-from ..errors import GATE, UserError
-from ..execute.isolate import TrialFailure
+from ..errors import GATE, TrialFailure, UserError
 from ..execute.timing import ALONE_SECONDS
 from ..inputs.user_paths import check_writable_dir
 from ..measure.requirement import Requirement

@@ -8,11 +8,13 @@ import json
 
 import optuna
 
+from ..errors import FailureKind, JobPhase, TrialFailure
+
 PREFIX = "route_failure/"
 KNOWN_FAILURE = "known_failure"  # trial attr: the failure a pruned trial was not built for
 BUILD_CONSTRAINT = "builds"  # the constraint a known failure violates, besides every requirement bound
-# Phases where an exception says nothing about the route (the problem, the lock, the timing itself).
-_NOT_THE_ROUTE = ("start-up", "loading the model and reference", "waiting for the timing lock", "timing")
+# Phases where a failure says nothing about the route (the problem, the lock, the timing itself).
+_NOT_THE_ROUTE = (JobPhase.START_UP, JobPhase.LOADING, JobPhase.WAITING_FOR_LOCK, JobPhase.TIMING)
 
 
 def failure_key(choice: dict) -> str:
@@ -20,14 +22,17 @@ def failure_key(choice: dict) -> str:
 
 
 def is_deterministic(failure: Exception) -> bool:
-    """An exception raised while building or checking the engine (not a timeout, not a crash)."""
-    return getattr(failure, "kind", None) == "error" and getattr(failure, "phase", "") not in _NOT_THE_ROUTE
+    """A child's exception while building or checking the engine (not a timeout, not a crash, not another
+    exception of the parent's)."""
+    return (isinstance(failure, TrialFailure) and failure.kind == FailureKind.ERROR
+            and JobPhase.of(failure.phase) not in _NOT_THE_ROUTE)
 
 
 def is_timing_timeout(failure: Exception) -> bool:
     """The trial's time ran out while its engine was being timed: this config is too slow to time, learnt
     for the whole config (not its route: the same route with other settings may be fast)."""
-    return getattr(failure, "kind", None) == "timeout" and getattr(failure, "phase", "") == "timing"
+    return (isinstance(failure, TrialFailure) and failure.kind == FailureKind.TIMEOUT
+            and JobPhase.of(failure.phase) == JobPhase.TIMING)
 
 
 def known_failure(study_attrs: dict, choice: dict) -> dict | None:

@@ -9,6 +9,8 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 
+from ..errors import JobPhase
+
 LOCK_DIR_ENV = "TUNER_LOCK_DIR"
 
 
@@ -46,17 +48,14 @@ def device_lock(path: str | None, holder: str = "", on_wait: Callable[[str], Non
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-WAITING_FOR_LOCK = "waiting for the timing lock"  # the phase a trial reports while another holds the lock
-
-
 def timing_lock(device: str, on_phase: Callable[[str], None] | None, study: str | None = None,
                 what: str = "a trial") -> contextlib.AbstractContextManager[None]:
     """device_lock on the device's timing lock (default_lock_path), for every timing: the holder writes
     "PID n, WHAT of study S" (what: "a trial", "selection", "verify", ...), and one that must wait reports
-    the phase f"{WAITING_FOR_LOCK}, held by HOLDER" through on_phase (TimingLockWaits reads it; None: not
+    the phase f"{JobPhase.WAITING_FOR_LOCK}, held by HOLDER" through on_phase (TimingLockWaits reads it; None: not
     reported)."""
     holder = f"PID {os.getpid()}" + (f", {what} of study {study}" if study else f", {what}")
-    on_wait = None if on_phase is None else (lambda who: on_phase(f"{WAITING_FOR_LOCK}, held by {who}"))
+    on_wait = None if on_phase is None else (lambda who: on_phase(f"{JobPhase.WAITING_FOR_LOCK}, held by {who}"))
     return device_lock(default_lock_path(device), holder, on_wait)
 
 
@@ -76,9 +75,9 @@ class TimingLockWaits:
         if self._since is not None:
             self._waited += self._clock() - self._since
             self._since = None
-        if not phase.startswith(f"{WAITING_FOR_LOCK}, held by "):
+        if not phase.startswith(f"{JobPhase.WAITING_FOR_LOCK}, held by "):
             return
-        holder = phase[len(f"{WAITING_FOR_LOCK}, held by "):]
+        holder = phase[len(f"{JobPhase.WAITING_FOR_LOCK}, held by "):]
         if self.study and holder.endswith(f"study {self.study}"):
             return
         self._since = self._clock()

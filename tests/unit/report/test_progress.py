@@ -28,18 +28,19 @@ def test_the_eta_leaves_out_the_waits_for_another_studys_timing():
 
 
 def test_a_lock_held_by_another_study_is_said_once_and_its_wait_counted():
-    from tuner.store.locks import WAITING_FOR_LOCK, TimingLockWaits
+    from tuner.errors import JobPhase
+    from tuner.store.locks import TimingLockWaits
 
     clock, said = FakeClock(), []
     waits = TimingLockWaits("mine", clock=clock, say=said.append)
-    other = f"{WAITING_FOR_LOCK}, held by PID 7, a trial of study theirs"
+    other = f"{JobPhase.WAITING_FOR_LOCK}, held by PID 7, a trial of study theirs"
     for _ in range(2):  # two trials in a row wait for the same holder: one note
-        waits.on_phase(WAITING_FOR_LOCK)
+        waits.on_phase(JobPhase.WAITING_FOR_LOCK)
         waits.on_phase(other)
         clock.t += 30.0
         waits.on_phase("timing")
     assert len(said) == 1 and "PID 7, a trial of study theirs" in said[0] and "mine" in said[0]
-    waits.on_phase(f"{WAITING_FOR_LOCK}, held by PID 8, a trial of study mine")  # its own worker: its pace
+    waits.on_phase(f"{JobPhase.WAITING_FOR_LOCK}, held by PID 8, a trial of study mine")  # its own worker: its pace
     clock.t += 50.0
     waits.on_phase("timing")
     assert waits.take() == 60.0 and waits.take() == 0.0 and len(said) == 1

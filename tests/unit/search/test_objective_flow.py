@@ -12,6 +12,7 @@ import pytest
 from optuna.trial import TrialState, create_trial
 from test_objective_reads import GRAPH, REQUIRE, study_context
 
+from tuner.errors import TrialFailure
 from tuner.inputs.configs import route_choice
 from tuner.measure.guard import MIN_WINDOWS
 from tuner.measure.requirement import Requirement
@@ -20,14 +21,6 @@ from tuner.search.failures import KNOWN_FAILURE, PREFIX, failure_key
 from tuner.search.objective import Objective, baseline_band, give_up_ratio
 from tuner.search.record import FAIL_REASON, LOCK_WAIT_S, REUSED_FROM, TrialRecord
 from tuner.search.samplers import grid_space
-
-
-class Failure(Exception):
-    """What the evaluator raises: its kind and phase say whether the route or the config is to blame."""
-
-    def __init__(self, message, kind, phase):
-        super().__init__(message)
-        self.kind, self.phase = kind, phase
 
 
 class Evaluator:
@@ -55,7 +48,7 @@ def _run(ctx, evaluator, engines, n=1, keep=False):
     for _ in range(n):
         ctx.study.enqueue_trial(params)
     ctx.study.optimize(Objective(ctx, evaluator, engines_dir=engines, keep_engines=keep), n_trials=n,
-                       catch=(Failure,))
+                       catch=(TrialFailure,))
     return ctx.study.trials[-n:]
 
 
@@ -93,7 +86,7 @@ def test_the_values_are_the_latency_and_the_primary_metric_s_error(tmp_path):
 def test_a_route_known_to_fail_is_pruned_without_a_build(tmp_path):
     ctx = study_context(tmp_path, "random")
     ev = Evaluator()
-    first, = _run(ctx, Evaluator(fail=Failure("no kernel", "error", "building")), str(tmp_path / "e1"))
+    first, = _run(ctx, Evaluator(fail=TrialFailure("no kernel", "error", "building")), str(tmp_path / "e1"))
     assert first.state == TrialState.FAIL and first.user_attrs[FAIL_REASON] == "no kernel"
     config = first.user_attrs["config"]
     learnt = ctx.study.user_attrs[PREFIX + failure_key(route_choice(ctx.problem.space, config))]
@@ -105,13 +98,13 @@ def test_a_route_known_to_fail_is_pruned_without_a_build(tmp_path):
 
 def test_a_timing_timeout_is_learnt_for_the_config_and_a_crash_for_nothing(tmp_path):
     ctx = study_context(tmp_path, "random")
-    t, = _run(ctx, Evaluator(fail=Failure("too slow to time", "timeout", "timing")), str(tmp_path / "e1"))
+    t, = _run(ctx, Evaluator(fail=TrialFailure("too slow to time", "timeout", "timing")), str(tmp_path / "e1"))
     config = t.user_attrs["config"]
     assert ctx.study.user_attrs[PREFIX + failure_key(config)]["reason"] == "too slow to time"
     assert PREFIX + failure_key(route_choice(ctx.problem.space, config)) not in ctx.study.user_attrs
     os.makedirs(tmp_path / "b")
     ctx = study_context(tmp_path / "b", "random")
-    _run(ctx, Evaluator(fail=Failure("the child died", "crash", "building")), str(tmp_path / "e2"))
+    _run(ctx, Evaluator(fail=TrialFailure("the child died", "crash", "building")), str(tmp_path / "e2"))
     assert not [k for k in ctx.study.user_attrs if k.startswith(PREFIX)]
 
 
@@ -141,7 +134,7 @@ def test_the_evaluator_is_asked_for_the_trial_s_config_with_the_study_s_band_and
 
 def test_a_trial_pruned_for_a_known_failure_violates_every_bound_and_says_which_trial_failed(tmp_path):
     ctx = study_context(tmp_path, "random")
-    _run(ctx, Evaluator(fail=Failure("no kernel", "error", "building")), str(tmp_path / "e1"))
+    _run(ctx, Evaluator(fail=TrialFailure("no kernel", "error", "building")), str(tmp_path / "e1"))
     pruned, = _run(ctx, Evaluator(), str(tmp_path / "e2"))
     assert pruned.state == TrialState.PRUNED
     bounds = {k: v for k, v in pruned.system_attrs.items() if k.startswith("constraints:")}
@@ -189,7 +182,7 @@ def test_another_config_is_built_not_reused_and_a_reuse_of_a_reuse_names_the_bui
 
 def test_a_config_too_slow_to_time_is_pruned_when_it_comes_again(tmp_path):
     ctx = study_context(tmp_path, "random")
-    first, = _run(ctx, Evaluator(fail=Failure("too slow to time", "timeout", "timing")), str(tmp_path / "e1"))
+    first, = _run(ctx, Evaluator(fail=TrialFailure("too slow to time", "timeout", "timing")), str(tmp_path / "e1"))
     learnt = ctx.study.user_attrs[PREFIX + failure_key(first.user_attrs["config"])]
     assert learnt["trial"] == 0 and learnt["reason"] == "too slow to time"
     ev = Evaluator()

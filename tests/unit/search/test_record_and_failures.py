@@ -3,7 +3,7 @@ gets) and which failures say something about the route or the config (what the s
 import pytest
 from optuna.trial import create_trial
 
-from tuner.execute.isolate import TrialFailure
+from tuner.errors import FailureKind, JobPhase, TrialFailure
 from tuner.search.failures import is_deterministic, is_timing_timeout
 from tuner.search.record import TrialRecord
 
@@ -60,3 +60,20 @@ def test_only_a_timeout_while_timing_is_learnt_for_the_config():
     for failure in (TrialFailure("slow", "timeout", "building"), TrialFailure("bad", "error", "timing"),
                     TrialFailure("died", "crash", "timing"), ValueError("other")):
         assert not is_timing_timeout(failure), failure
+
+
+def test_a_phase_is_named_by_its_words_and_whatever_follows_them():
+    assert JobPhase.of("waiting for the timing lock, held by PID 7, a trial of study s") == JobPhase.WAITING_FOR_LOCK
+    assert JobPhase.of("timing side by side") == JobPhase.TIMING and JobPhase.of("timing") == JobPhase.TIMING
+    assert JobPhase.of("calibration") is None and JobPhase.of("timings") is None  # a backend's own words
+    assert f"during {JobPhase.TIMING}" == "during timing" and str(FailureKind.CRASH) == "crash"
+
+
+def test_an_error_while_waiting_for_the_lock_held_by_another_is_not_learnt_for_the_route():
+    assert not is_deterministic(TrialFailure("lock file gone", "error", "waiting for the timing lock, held by PID 7"))
+    assert is_timing_timeout(TrialFailure("slow", "timeout", "timing side by side"))
+
+
+def test_a_failure_of_no_known_kind_is_refused():
+    with pytest.raises(ValueError):
+        TrialFailure("odd", "exploded", "building")

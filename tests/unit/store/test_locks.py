@@ -3,7 +3,8 @@ process, what it times and for which study, and one that must wait reports the p
 import os
 import threading
 
-from tuner.store.locks import WAITING_FOR_LOCK, TimingLockWaits, default_lock_path, timing_lock
+from tuner.errors import JobPhase
+from tuner.store.locks import TimingLockWaits, default_lock_path, timing_lock
 
 
 def _wait_for(device, on_phase, study, what):
@@ -43,12 +44,12 @@ def test_a_wait_is_reported_as_the_phase_timing_lock_waits_reads(tmp_path, monke
 
     with timing_lock("cpu", None, "theirs", "profile"):
         waiter = _wait_for("cpu", on_phase, "mine", "verify")
-        assert phases == [f"{WAITING_FOR_LOCK}, held by PID {os.getpid()}, profile of study theirs"]
+        assert phases == [f"{JobPhase.WAITING_FOR_LOCK}, held by PID {os.getpid()}, profile of study theirs"]
     waiter.join(10)
     assert len(said) == 1 and "profile of study theirs" in said[0]
     with timing_lock("gpu", None, "mine", "selection"):  # the study's own selection: its pace, no note
         waiter = _wait_for("gpu", on_phase, "mine", "a trial")
-        assert phases[-1] == f"{WAITING_FOR_LOCK}, held by PID {os.getpid()}, selection of study mine"
+        assert phases[-1] == f"{JobPhase.WAITING_FOR_LOCK}, held by PID {os.getpid()}, selection of study mine"
     waiter.join(10)
     assert len(said) == 1
     with timing_lock("npu", None, "theirs"):  # no on_phase: the wait is not reported, the holder still written
