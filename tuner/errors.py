@@ -52,7 +52,7 @@ class JobPhase(str, Enum):
 
 class TrialFailure(Exception):
     """A job in a child process could not be done; the message is the reason (stored as the trial's fail_reason).
-    kind: how it failed; phase: what the job was doing (a Phase, or a backend's own words)."""
+    kind: how it failed; phase: what the job was doing (a JobPhase, or a backend's own words)."""
 
     def __init__(self, message: str, kind: FailureKind = FailureKind.ERROR, phase: str = ""):
         super().__init__(message)
