@@ -2,6 +2,7 @@
 objectives get, what it records of its sampler; the samplers' limits and seeds (search.samplers, seeding); the
 canonical forms plans compare by (search.plans)."""
 import os
+from dataclasses import replace
 from types import SimpleNamespace
 
 import optuna
@@ -60,8 +61,7 @@ def test_a_stored_user_metric_is_imported_unless_a_report_reads_it():
 @pytest.mark.parametrize("timing, names", [(Timing.PAIRED, ["latency_relative_to_baseline", "error"]),
                                            (Timing.ALONE, ["latency_ms", "error"]), (None, ["latency_ms", "error"])])
 def test_a_new_study_names_its_objectives_by_its_timing_and_records_its_sampler(tmp_path, timing, names):
-    settings = StudySettings.from_attrs({"sampler": "tpe", "seed": 2, "require": "cos<=0.01"})
-    settings = StudySettings(**{**settings.__dict__, "timing": timing})
+    settings = replace(StudySettings.from_attrs({"sampler": "tpe", "seed": 2, "require": "cos<=0.01"}), timing=timing)
     problem = SimpleNamespace(space=load_space(SMALL))
     study, stored = create_or_resume("s", f"sqlite:///{tmp_path}/s.db", None, settings, problem)
     assert study.metric_names == names
