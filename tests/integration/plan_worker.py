@@ -1,7 +1,8 @@
 """One worker process of test_plan_samplers: joins the study and runs its plan sampler until exhausted.
 
 argv: storage kind (optuna|tuner), SQLite path, strategy, barrier folder and worker count (each worker
-writes a file there and begins once all have: they start together however slowly each one imports),
+writes a file there and begins once all have: they start together however slowly each one imports; and each
+finishes its first trial only once every worker holds one, so that each runs some on a loaded machine too),
 objective sleep in seconds.
 """
 from __future__ import annotations
@@ -35,12 +36,19 @@ def main() -> None:
     study = optuna.load_study(study_name="p", storage=storage(kind, path), sampler=sampler)
     open(os.path.join(barrier, str(os.getpid())), "w").close()
     deadline = time.monotonic() + 240
-    while len(os.listdir(barrier)) < workers and time.monotonic() < deadline:
+    while sum(not n.startswith("first-") for n in os.listdir(barrier)) < workers and time.monotonic() < deadline:
         time.sleep(0.01)
     objective = synthetic_objective(space_of(params), sleep_s)
+    held = []  # this worker's first trial has begun
 
     def tagged(trial: optuna.Trial) -> float:
         trial.set_user_attr("pid", os.getpid())
+        if not held:  # every worker holds a plan before any finishes one: all contend, however slowly each starts
+            held.append(trial.number)
+            open(os.path.join(barrier, f"first-{os.getpid()}"), "w").close()
+            deadline = time.monotonic() + 240
+            while sum(n.startswith("first-") for n in os.listdir(barrier)) < workers and time.monotonic() < deadline:
+                time.sleep(0.01)
         return objective(trial)
 
     study.optimize(tagged, n_trials=1000)

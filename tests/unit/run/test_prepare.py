@@ -33,12 +33,12 @@ def test_a_study_another_process_creates_meanwhile_is_joined(demo_path, tmp_path
     real = prepare.create_or_resume
     others = []
 
-    def another_process_first(name, storage, study, settings, problem):
+    def another_process_first(name, storage, study, settings, problem, sampler_object=None):
         if not others:  # the first create of this process: the other one wins the race
             monkeypatch.setattr(prepare, "create_or_resume", real)
             others.append(open_study(opts))
             monkeypatch.setattr(prepare, "create_or_resume", another_process_first)
-        return real(name, storage, study, settings, problem)
+        return real(name, storage, study, settings, problem, sampler_object)
 
     monkeypatch.setattr(prepare, "create_or_resume", another_process_first)
     ctx = open_study(opts)
