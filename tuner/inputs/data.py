@@ -7,7 +7,7 @@ import numpy as np
 import psutil
 
 from ..errors import UserError
-from .model import TensorSpec
+from .model import TensorSpec, shape_text
 from .user_paths import check_input_file
 
 Batch = dict[str, np.ndarray]
@@ -52,7 +52,7 @@ def _check_fits_in_memory(specs: list[TensorSpec], shapes: dict[str, tuple[int, 
                            for s in specs)
     available = psutil.virtual_memory().available if available is None else available
     if need > available / 2:
-        given = ", ".join(f"{s.name}={'x'.join(map(str, shapes[s.name]))}" for s in specs)
+        given = ", ".join(f"{s.name}={shape_text(shapes[s.name])}" for s in specs)
         raise UserError(f"the inputs {given} need {need / 2**30:.3g} GiB for {n_batches} batches, more than half the "
                         f"free memory ({available / 2**30:.3g} GiB); check --shape")
 

@@ -114,6 +114,11 @@ def _foreign_shape_hint(item: str) -> str | None:
     return " ".join(fixed)
 
 
+def shape_text(shape) -> str:
+    """A shape as --shape writes it: 8x128."""
+    return "x".join(map(str, shape))
+
+
 def parse_shape_profile(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     """`["input_ids=8x128", ...]` -> {"input_ids": (8, 128)}."""
     shapes: dict[str, tuple[int, ...]] = {}
@@ -141,8 +146,8 @@ def check_shapes_match_data(profile: dict[str, tuple[int, ...]], data_shapes: di
         if name not in data_shapes:
             raise UserError(f"--shape names unknown input {name!r}; the model's inputs are {sorted(data_shapes)}")
         if tuple(shape) != tuple(data_shapes[name]):
-            raise UserError(f"--shape {name}={'x'.join(map(str, shape))} contradicts --data {data_path}, whose {name} "
-                            f"batches are {'x'.join(map(str, data_shapes[name]))}; drop --shape (the data's shapes "
+            raise UserError(f"--shape {name}={shape_text(shape)} contradicts --data {data_path}, whose {name} "
+                            f"batches are {shape_text(data_shapes[name])}; drop --shape (the data's shapes "
                             f"are used)")
 
 
@@ -160,7 +165,7 @@ def resolve_shapes(specs: list[TensorSpec], profile: dict[str, tuple[int, ...]])
                 isinstance(d, int) and d != s for d, s in zip(spec.shape, shape)
             ):
                 raise UserError(
-                    f"--shape {spec.name}={'x'.join(map(str, shape))} does not fit the model's shape {list(spec.shape)}"
+                    f"--shape {spec.name}={shape_text(shape)} does not fit the model's shape {list(spec.shape)}"
                 )
             shapes[spec.name] = shape
         elif spec.is_dynamic:

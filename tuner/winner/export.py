@@ -14,6 +14,7 @@ from .. import __version__
 from ..backends.base import get_backend
 from ..errors import UserError
 from ..execute.jobs import Evaluator
+from ..inputs.model import shape_text
 from ..problem.spec import Problem
 from ..report.as_run import deployed_text, precision_text, vs_defaults_text
 from ..search.reading import CheckedStudy
@@ -130,7 +131,7 @@ def shapes_line(report: dict) -> str | None:
     why = report.get("serves_only_these_shapes")
     if not why:
         return None
-    shapes = " ".join(f"{n}={'x'.join(map(str, s))}" for n, s in (report.get("shapes") or {}).items())
+    shapes = " ".join(f"{n}={shape_text(s)}" for n, s in (report.get("shapes") or {}).items())
     return (f"the engine serves only the input shapes it was tuned and checked at ({shapes}): {why}; "
             "tune at the shapes it will serve")
 

@@ -18,6 +18,7 @@ from typing import Any
 import onnxruntime as ort
 
 from ...errors import UserError
+from ...inputs.model import shape_text
 
 TRT_EP, CUDA_EP, CPU_EP = "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"
 PROVIDERS = {"tensorrt": TRT_EP, "cuda": CUDA_EP}
@@ -80,7 +81,7 @@ def trt_options(config: dict[str, Any], cache_dir: str, shapes: dict[str, tuple[
     if config.get("trt_engine_cache_enable", False):
         opts.update(trt_engine_cache_enable="True", trt_engine_cache_path=cache_dir)
     if shapes:  # min = opt = max: the study's shapes
-        spec = ",".join(f"{n}:{'x'.join(map(str, s))}" for n, s in shapes.items())
+        spec = ",".join(f"{n}:{shape_text(s)}" for n, s in shapes.items())
         opts.update(trt_profile_min_shapes=spec, trt_profile_opt_shapes=spec, trt_profile_max_shapes=spec)
     return opts
 
