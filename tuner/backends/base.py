@@ -35,7 +35,7 @@ class BuildContext:
     """What a build may use besides the model and the config."""
 
     workdir: str  # the engine's artifacts go here (created by the caller)
-    shapes: dict[str, tuple[int, ...]]  # the study's concrete input shapes
+    shapes: dict[str, tuple[int, ...]]  # the study's concrete input shapes (a workload's first set)
     calib: list[Batch] = field(default_factory=list)  # calibration batches for static quantization
     calib_key: str = ""  # names cached calibration results (model hash + data hash)
     cache_dir: str = ".tuner-cache"  # calibration ranges, compile caches
@@ -45,6 +45,8 @@ class BuildContext:
     side_by_side: bool = False
     # The study whose trials share compile caches (TensorRT's timing cache); "" outside a study.
     study: str = ""
+    # Every set of shapes the engine must serve, where the workload has several (tuner.inputs.workload); []: `shapes`.
+    workload: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
 
 
 @runtime_checkable

@@ -88,8 +88,12 @@ def _add_problem_args(p: argparse.ArgumentParser, model_optional: bool = False) 
                    help="the reference outputs of --data's batches from the training framework (trtexec "
                         "--loadRefOutputs, Polygraphy's saved outputs): one array per model output, leading axis = "
                         "batches; errors are measured against them (default: ONNX Runtime's fp32 outputs; needs --data)")
-    p.add_argument("--shape", action="append", metavar="NAME=DIMS",
-                   help="shape of a dynamic input, e.g. input_ids=8x128 (repeatable; default: the model's static shapes)")
+    p.add_argument("--shape", action="append", metavar="NAME=DIMS[,NAME=DIMS][@WEIGHT]",
+                   help="shape of a dynamic input, e.g. input_ids=8x128 (repeatable; default: the model's static "
+                        "shapes). A workload of several shapes: one --shape per set, naming every dynamic input, "
+                        "with its share of the requests, e.g. --shape x=1x16@0.7 --shape x=32x128@0.3; each set is "
+                        "timed and checked, and the objective is the weighted mean of the sets' speedups "
+                        "(docs/workloads.md)")
     p.add_argument("--int-range", action="append", metavar="NAME=LOW:HIGH",
                    help="value range of an integer input for synthetic data, e.g. input_ids=0:30522 (default: none; "
                         "integer inputs need one without --data)")

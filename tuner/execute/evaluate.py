@@ -37,10 +37,13 @@ def backend_of(problem: Problem, config: dict) -> Backend:
     return get_backend(problem.backend_name(config))
 
 
-def ensure_reference(problem: Problem) -> list:
-    if problem.refs is None:
-        problem.refs = reference_outputs(problem.model_path, problem.model_hash, problem.data_hash, problem.batches)
-    return problem.refs
+def ensure_reference(problem: Problem, case: int = 0) -> list:
+    """The reference outputs of the workload's set `case` (the first: the problem's batches)."""
+    got = problem.cases[case]
+    if got.refs is None:
+        key = problem.data_hash if case == 0 else f"{problem.data_hash}-s{case}"
+        got.refs = reference_outputs(problem.model_path, problem.model_hash, key, got.batches)
+    return got.refs
 
 
 def build_context(problem: Problem, workdir: str, on_phase: Phase = no_phase, study: str = "",
@@ -48,7 +51,12 @@ def build_context(problem: Problem, workdir: str, on_phase: Phase = no_phase, st
     """What a build of this problem may use, its artifacts going into workdir (created here)."""
     os.makedirs(workdir, exist_ok=True)
     return BuildContext(workdir, problem.shapes, problem.calib, problem.calib_key, cache.cache_dir(), on_phase,
-                        side_by_side, study)
+                        side_by_side, study, workload_shapes(problem))
+
+
+def workload_shapes(problem: Problem) -> list[dict[str, tuple[int, ...]]]:
+    """BuildContext.workload: every set's shapes where the workload has several, else []."""
+    return [c.shapes for c in problem.cases] if problem.several_shapes else []
 
 
 def build(problem: Problem, config: dict, workdir: str, on_phase: Phase = no_phase,
@@ -63,19 +71,51 @@ def build(problem: Problem, config: dict, workdir: str, on_phase: Phase = no_pha
 
 
 def check_accuracy(problem: Problem, engine: Engine) -> tuple[dict, dict]:
-    """Every metric on the validation batches (aggregate = worst output), plus the per-output table."""
-    metrics, per_output, _ = accuracy_within(problem, engine, None)
-    return metrics, per_output
+    """Every metric on the validation batches (aggregate = worst output, and worst set of shapes), plus the
+    per-output table."""
+    got = accuracy_within(problem, engine, None)
+    return got.metrics, got.per_output
+
+
+@dataclass
+class Accuracy:
+    """An accuracy check's answer. metrics: each metric's worst over the outputs and over the workload's sets of
+    shapes (the requirement must hold at every one); per_output likewise; slow_ms: the warm run that ended the
+    check (accuracy_within), else None; per_case: each set's metrics where the workload has several."""
+
+    metrics: dict
+    per_output: dict
+    slow_ms: float | None = None
+    per_case: list[dict] = field(default_factory=list)
 
 
 def accuracy_within(problem: Problem, engine: Engine, limit_ms: float | None,
-                    clock: Clock = time.perf_counter) -> tuple[dict, dict, float | None]:
+                    clock: Clock = time.perf_counter) -> Accuracy:
     """check_accuracy, ended after the first batch whose warm run takes longer than limit_ms: then the
-    metrics are those of the batches run so far, and the third value is that run's ms (else None). A
-    candidate that slow cannot win, and its check could take minutes: an int8 engine with f16 float parts
-    ran 84 s per inference on MiniLM-L3, and its 4-batch check took 5.5 minutes of the study."""
+    metrics are those of the batches run so far, and slow_ms that run's ms. A candidate that slow cannot win,
+    and its check could take minutes: an int8 engine with f16 float parts ran 84 s per inference on
+    MiniLM-L3, and its 4-batch check took 5.5 minutes of the study. The limit is the first set's (the
+    baseline's run it is made of is at that set's shapes); a slow run there ends the whole check."""
+    per_case, tables, slow_ms = [], [], None
+    for i, case in enumerate(problem.cases):
+        outputs, slow_ms = _run_batches(engine, case.batches, limit_ms if i == 0 else None, clock)
+        refs = ensure_reference(problem, i)[:len(outputs)]
+        if problem.spec.ref_outputs and outputs:
+            check_against_engine(outputs[0], refs[0], problem.spec.ref_outputs)
+        metrics, per_output = compute_metrics(outputs, refs)
+        for spec in problem.requirement.user_metrics():
+            metrics[spec] = float(load_user_metric(spec)(outputs, refs, case.batches[:len(outputs)]))
+        per_case.append(metrics)
+        tables.append(per_output)
+        if slow_ms is not None:
+            break
+    per_output = {o: _worst([t[o] for t in tables]) for o in tables[0]}
+    return Accuracy(_worst(per_case), per_output, slow_ms, per_case if problem.several_shapes else [])
+
+
+def _run_batches(engine: Engine, batches: list, limit_ms: float | None, clock: Clock) -> tuple[list, float | None]:
     outputs, slow_ms = [], None
-    for i, batch in enumerate(problem.batches):
+    for i, batch in enumerate(batches):
         took = sample_ms(lambda batch=batch: outputs.append(engine.run(batch)), clock)
         if limit_ms is not None and took > limit_ms:
             if i == 0:  # a first run may pay for lazy set-up: only a warm run counts
@@ -83,13 +123,13 @@ def accuracy_within(problem: Problem, engine: Engine, limit_ms: float | None,
             if took > limit_ms:
                 slow_ms = took
                 break
-    refs = ensure_reference(problem)[:len(outputs)]
-    if problem.spec.ref_outputs and outputs:
-        check_against_engine(outputs[0], refs[0], problem.spec.ref_outputs)
-    metrics, per_output = compute_metrics(outputs, refs)
-    for spec in problem.requirement.user_metrics():
-        metrics[spec] = float(load_user_metric(spec)(outputs, refs, problem.batches[:len(outputs)]))
-    return metrics, per_output, slow_ms
+    return outputs, slow_ms
+
+
+def _worst(tables: list[dict]) -> dict:
+    """Each metric's worst (highest: every metric is an error) over the tables; NaN counts as the worst."""
+    return {k: max((t[k] for t in tables if k in t), key=lambda v: float("inf") if v != v else v)
+            for k in dict.fromkeys(k for t in tables for k in t)}
 
 
 @dataclass
@@ -111,6 +151,7 @@ class Built:
     slow_ms: float | None = None
     check_load: dict | None = None  # Load.to_dict() while a slow run was timed
     precision: dict = field(default_factory=dict)
+    per_case: list[dict] = field(default_factory=list)  # each set's metrics where the workload has several
     engine_bytes: int = 0
     main: str = ""  # the saved engine's main file, in engine_dir (Engine.save's answer)
     # the backend wants to hear the timing (Backend.measured is overridden: TensorRT's timing cache)
@@ -129,7 +170,9 @@ def build_checked(problem: Problem, config: dict, out_dir: str, limit_ms: float 
         if check:
             on_phase(JobPhase.ACCURACY_CHECK)
             with LoadMeter() as meter:  # the load while a slow run was timed, should it be one
-                built.metrics, built.per_output, built.slow_ms = accuracy_within(problem, engine, limit_ms)
+                got = accuracy_within(problem, engine, limit_ms)
+            built.metrics, built.per_output, built.slow_ms, built.per_case = (got.metrics, got.per_output, got.slow_ms,
+                                                                              got.per_case)
             built.violations = problem.requirement.violations(built.metrics)
             built.feasible = problem.requirement.holds(built.metrics)
             built.check_load = meter.load.to_dict()
@@ -145,7 +188,8 @@ def build_checked(problem: Problem, config: dict, out_dir: str, limit_ms: float 
 def tell_backend(problem: Problem, built: Built, median_ms: float, feasible: bool, study: str = "") -> None:
     """Backend.measured after the timing (TensorRT keeps the fastest feasible engine's tactics)."""
     backend_of(problem, built.config).measured(
-        problem.model, BuildContext(built.engine_dir, problem.shapes, cache_dir=cache.cache_dir(), study=study),
+        problem.model, BuildContext(built.engine_dir, problem.shapes, cache_dir=cache.cache_dir(), study=study,
+                                    workload=workload_shapes(problem)),
         median_ms, feasible)
 
 

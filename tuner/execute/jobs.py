@@ -43,11 +43,13 @@ from .timing import (
     ALONE_SECONDS,
     AloneFigure,
     BaselineProcess,
-    alone_record,
+    TimedShape,
+    deployed_over,
     measure_built,
+    problem_shapes,
+    side_by_side_over,
     slow_run_limit,
     time_alone,
-    time_side_by_side,
 )
 
 
@@ -75,9 +77,9 @@ def build_job(spec: dict, cache_dir: str, config: dict, out_dir: str, limit_ms: 
     return build_checked(problem, config, out_dir, limit_ms, on_phase, study, check)
 
 
-def batch_job(spec: dict, cache_dir: str, study: str = "", on_phase: Phase = no_phase) -> dict:
-    """The batch every timing runs (the data's first)."""
-    return loaded_problem(spec, cache_dir).batches[0]
+def shapes_job(spec: dict, cache_dir: str, study: str = "", on_phase: Phase = no_phase) -> list[TimedShape]:
+    """What every timing runs: per set of the workload's shapes, its first batch."""
+    return problem_shapes(loaded_problem(spec, cache_dir))
 
 
 def told_job(spec: dict, cache_dir: str, built: Built, median_ms: float, feasible: bool, study: str = "",
@@ -269,8 +271,8 @@ class Evaluator:
         self.lock_waits = TimingLockWaits(study)  # says when another study holds the timing lock
         self._runner = IsolatedRunner(persistent, on_phase=self.lock_waits.on_phase, log_path=log_path)
         self.deadline, self._clock = deadline, clock
-        self._batch: dict | None = None
-        self._base: BaselineProcess | None = None
+        self._shapes: list[TimedShape] | None = None
+        self._bases: list[BaselineProcess] | None = None
         self._base_dir: str | None = None
 
     def _call(self, fn: Callable, **kwargs) -> Any:
@@ -279,32 +281,38 @@ class Evaluator:
         return self._runner.call(fn, {"spec": self.spec, "cache_dir": cache.cache_dir(), "study": self.study, **kwargs},
                                  self.timeout_s)
 
+    def shapes(self) -> list[TimedShape]:
+        """The workload's sets with the batch each one's timings run, asked of the child once."""
+        if self._shapes is None:
+            self._shapes = self._call(shapes_job)
+        return self._shapes
+
     def batch(self) -> dict:
-        """The batch every timing runs, asked of the child once."""
-        if self._batch is None:
-            self._batch = self._call(batch_job)
-        return self._batch
+        """The batch one-set timings run (the analysis's): the first set's."""
+        return self.shapes()[0].batch
 
     def _start(self, backend: str, folder: str, batch: dict, label: str = "engine") -> EngineProcess:
         return EngineProcess(backend, folder, batch, timeout_s=self.timeout_s, label=label)
 
-    def baseline_process(self) -> BaselineProcess | None:
-        """The baseline engine, built once into a folder of this evaluator's, in its process (None: alone)."""
+    def baseline_processes(self) -> list[BaselineProcess] | None:
+        """The baseline engine, built once into a folder of this evaluator's, in a process per set of the
+        workload's shapes (None: alone)."""
         if self.baseline is None:
             return None
-        if self._base is None:
+        if self._bases is None:
             self._base_dir = tempfile.mkdtemp(prefix="tuner-baseline-")
             built = self._call(build_job, config=self.baseline, out_dir=self._base_dir, check=False)
-            self._base = BaselineProcess(built.backend, self._base_dir, self.batch(), start=self._start)
-        return self._base
+            self._bases = [BaselineProcess(built.backend, self._base_dir, s.batch, start=self._start)
+                           for s in self.shapes()]
+        return self._bases
 
     def measure(self, config: dict, out_dir: str, band: BaselineBand | None = None,
                 give_up_above: float | None = None) -> TrialRecord:
         """Build and check `config` in the child, then time it in a process of its own against the baseline's."""
-        base = self.baseline_process()
-        limit_ms, base_ms = slow_run_limit(base, give_up_above)
+        bases = self.baseline_processes()
+        limit_ms, base_ms = slow_run_limit(bases[0] if bases else None, give_up_above)
         built = self._call(build_job, config=config, out_dir=out_dir, limit_ms=limit_ms)
-        rec = measure_built(built, self.batch(), base, self.protocol, self.lock_waits.on_phase, self.when_busy,
+        rec = measure_built(built, self.shapes(), bases, self.protocol, self.lock_waits.on_phase, self.when_busy,
                             self.study, band, give_up_above, base_ms, start=self._start)
         if built.hears_timing:
             self._call(told_job, built=built, median_ms=rec.median_ms, feasible=rec.feasible)
@@ -335,14 +343,16 @@ class Evaluator:
             results = self._call(confirm_job, configs=configs, baseline=baseline, work_dir=work)
             built = [i for i, r in enumerate(results) if "error" not in r]
             saved = [(results[i]["backend"], os.path.join(work, str(i))) for i in built]
-            timed, load, pids = time_side_by_side(
-                saved, self.batch(), built.index(baseline), sorted(results[i]["device"] for i in built)[0], rounds,
+            timed, load, pids, figures = side_by_side_over(
+                saved, self.shapes(), built.index(baseline), sorted(results[i]["device"] for i in built)[0], rounds,
                 LatencyProtocol(max_seconds=60.0), self.lock_waits.on_phase, self.study, "selection", self._start)
         finally:
             if save_dir is None:
                 shutil.rmtree(work, ignore_errors=True)
-        for i, (stats, rel), pid in zip(built, timed, pids):
+        for k, (i, (stats, rel), pid) in enumerate(zip(built, timed, pids)):
             results[i] |= {"latency": stats.to_dict(), "relative": rel.to_dict(), "process": pid}
+            if figures:
+                results[i]["workload"] = figures[k]
         return {"results": results, "load": load}
 
     def alone(self, saved: list[tuple[str, str]], device: str = "cpu", processes: int = ALONE_PROCESSES,
@@ -350,6 +360,12 @@ class Evaluator:
         """The deployment check: each saved engine (backend, folder) alone in several fresh processes."""
         return time_alone(saved, self.batch(), device, processes, seconds, self.lock_waits.on_phase, self.study,
                           self._start)
+
+    def deployed(self, saved: tuple[tuple[str, str], tuple[str, str]], device: str = "cpu",
+                 processes: int = ALONE_PROCESSES, seconds: float = ALONE_SECONDS) -> dict:
+        """The deployment check of a candidate against the baseline (saved, in that order) over the workload."""
+        return deployed_over(saved, self.shapes(), device, processes, seconds, self.lock_waits.on_phase, self.study,
+                             self._start)
 
     def verify(self, config: dict, baseline: dict, engine_dir: str | None = None, backend: str | None = None,
                protocol: LatencyProtocol | None = None, alone_processes: int = ALONE_PROCESSES) -> dict:
@@ -360,14 +376,16 @@ class Evaluator:
             got = self._call(verify_job, config=config, baseline=baseline, engine_dir=engine_dir, backend=backend,
                              work_dir=work)
             saved = [tuple(got["winner"]), tuple(got["defaults"])]
-            [(cand, rel), (base, _)], load, pids = time_side_by_side(
-                saved, self.batch(), 1, got["device"], None, protocol or LatencyProtocol(), self.lock_waits.on_phase,
+            [(cand, rel), (base, _)], load, pids, figures = side_by_side_over(
+                saved, self.shapes(), 1, got["device"], None, protocol or LatencyProtocol(), self.lock_waits.on_phase,
                 self.study, "verify", self._start)
             out = {"latency": cand.to_dict(), "baseline_latency": base.to_dict(), "relative": rel.to_dict(),
                    "metrics": got["metrics"], "feasible": got["feasible"], "load": load,
                    "processes": {"winner": pids[0], "defaults": pids[1]}}
+            if figures:
+                out["workload"] = figures[0]
             if alone_processes:
-                out["alone"] = alone_record(*self.alone(saved, got["device"], alone_processes))
+                out["alone"] = self.deployed((saved[0], saved[1]), got["device"], alone_processes)
         return out
 
     def export(self, config: dict, out_dir: str) -> dict:
@@ -379,9 +397,9 @@ class Evaluator:
 
     def close(self) -> None:
         self._runner.close()
-        if self._base is not None:
-            self._base.close()
-            self._base = None
+        for base in self._bases or []:
+            base.close()
+        self._bases = None
         if self._base_dir is not None:
             shutil.rmtree(self._base_dir, ignore_errors=True)
             self._base_dir = None

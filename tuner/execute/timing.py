@@ -23,8 +23,9 @@ from ..measure.guard import BaselineBand, guard_record
 from ..measure.latency import LatencyProtocol, LatencyStats
 from ..measure.load import Load, LoadMeter, wait_until_quiet, with_processes
 from ..measure.paired import SLOW_RUN, measure_alone, measure_paired, relative_to, stopped_at, time_blocks
+from ..measure.workload import weighted_relative, weighted_stats
 from ..problem.spec import Problem
-from ..search.record import TrialRecord
+from ..search.record import ShapeFigure, TrialRecord
 from ..store.locks import timing_lock
 from .engine_process import EngineProcess
 from .evaluate import Built, Phase, build_checked, no_phase
@@ -141,17 +142,61 @@ def slow_run_limit(baseline: BaselineProcess | None, give_up_above: float | None
     return SLOW_RUN * give_up_above * base_ms, base_ms
 
 
-def trial_record(built: Built, timing: TrialTiming | None, band: BaselineBand | None,
-                 base_ms: float | None = None) -> TrialRecord:
-    """The record of a built candidate: with its timing, or stopped by a slow run in its accuracy check
-    (one run each is all there is to say, as in paired timing's warm-up)."""
-    if timing is None:
+@dataclass(frozen=True)
+class TimedShape:
+    """One set of the workload's shapes as timing needs it: its label (input_ids=1x16), its share of the requests
+    and the batch its engines run."""
+
+    label: str
+    weight: float
+    batch: Batch
+
+
+def combined(timings: list[TrialTiming], shapes: list[TimedShape]) -> TrialTiming:
+    """The workload's timing from its sets' (each timed paired at its shapes): weighted means (measure.workload),
+    the most loaded set's load, the whole window, every process. The baseline's processes of all sets are started
+    and retired together, so the first set's stands for them where the baseline's process is asked."""
+    if len(timings) == 1:
+        return timings[0]
+    w = [s.weight for s in shapes]
+    bases = [t.baseline for t in timings]
+    rels = [t.relative for t in timings]
+    windows = [t.window for t in timings if t.window]
+    return TrialTiming(weighted_stats([t.latency for t in timings], w),
+                       weighted_stats(bases, w) if all(bases) else None,
+                       weighted_relative(rels, w) if all(rels) else None,
+                       max((t.load for t in timings), key=lambda load: load.other_cores),
+                       (windows[0][0], windows[-1][1]) if windows else None, sum(t.retimed for t in timings),
+                       # the first set's under the one-set names (what the baseline-mode check reads), the others' by set
+                       timings[0].processes | {f"{role} {s.label}": pid for t, s in zip(timings[1:], shapes[1:])
+                                               for role, pid in t.processes.items()})
+
+
+def shape_figures(timings: list[TrialTiming], shapes: list[TimedShape], per_case: list[dict]) -> list[dict]:
+    """What a trial's record keeps of each set of a workload (search.record.ShapeFigure, stored as a dict)."""
+    return [asdict(ShapeFigure(s.label, s.weight, t.latency.median_ms,
+                               t.baseline.median_ms if t.baseline else None,
+                               t.relative.ratio if t.relative else None,
+                               t.relative.ci_low if t.relative else None, t.relative.ci_high if t.relative else None,
+                               metrics))
+            for t, s, metrics in zip(timings, shapes, per_case or [{}] * len(shapes))]
+
+
+def trial_record(built: Built, timings: list[TrialTiming] | None, band: BaselineBand | None,
+                 base_ms: float | None = None, shapes: list[TimedShape] | None = None) -> TrialRecord:
+    """The record of a built candidate: with its timing (one per set of the workload's shapes), or stopped by a
+    slow run in its accuracy check (one run each is all there is to say, as in paired timing's warm-up)."""
+    workload = None
+    if timings is None:
         latency, base_latency, relative = stopped_at(built.slow_ms, base_ms, "slow run")
         load, window, retimed, processes = built.check_load, None, 0, None
     else:
+        timing = combined(timings, shapes or [])
         latency, base_latency, relative = timing.latency, timing.baseline, timing.relative
         load, window, retimed = timing.load.to_dict(), timing.window, timing.retimed
         processes = timing.processes
+        if len(timings) > 1:
+            workload = shape_figures(timings, shapes, built.per_case)
     return TrialRecord(
         config=built.config, latency=latency.to_dict(), metrics=built.metrics, per_output=built.per_output,
         violations=built.violations, feasible=built.feasible,
@@ -159,24 +204,36 @@ def trial_record(built: Built, timing: TrialTiming | None, band: BaselineBand | 
         timing_window=list(window) if window else None, timing="paired" if relative is not None else "alone",
         relative=relative.to_dict() if relative else None,
         baseline_latency=base_latency.to_dict() if base_latency else None, load=load,
-        baseline_guard=guard_record(band, base_latency.median_ms, retimed) if base_latency and timing else None,
-        precision=built.precision or None, processes=processes)
+        baseline_guard=guard_record(band, base_latency.median_ms, retimed) if base_latency and timings else None,
+        precision=built.precision or None, processes=processes, workload=workload)
 
 
-def measure_built(built: Built, batch: Batch, baseline: BaselineProcess | None,
+def measure_built(built: Built, shapes: list[TimedShape], baselines: list[BaselineProcess] | None,
                   protocol: LatencyProtocol | None = None, on_phase: Phase = no_phase, when_busy: str = "warn",
                   study: str = "", band: BaselineBand | None = None, give_up_above: float | None = None,
                   base_ms: float | None = None, wait_quiet: Callable[[Phase], object] = wait_until_quiet,
                   start: Start = EngineProcess) -> TrialRecord:
-    """A built candidate's trial record: timed in a process of its own (time_trial), unless its accuracy check
-    already found it too slow to win."""
+    """A built candidate's trial record: timed in a process of its own (time_trial) at each set of the workload's
+    shapes, against the baseline's process at those shapes (baselines: one per set, or None: alone), unless its
+    accuracy check already found it too slow to win. With several sets the band guards the workload's baseline
+    figure in the record and no set is timed again (each set's baseline has a band of its own to learn)."""
     if built.slow_ms is not None:
         on_phase(f"a run took {built.slow_ms:.0f} ms, over the limit: it cannot win, not timed")
         return trial_record(built, None, band, base_ms)
-    with start(built.backend, built.engine_dir, batch, label="candidate") as candidate:
-        timing = time_trial(candidate, baseline, built.device, protocol, on_phase, when_busy, study, band,
-                            give_up_above, wait_quiet)
-    return trial_record(built, timing, band)
+    timings = []
+    for i, shape in enumerate(shapes):
+        if len(shapes) > 1:
+            on_phase(f"timing at {shape.label}")
+        with start(built.backend, built.engine_dir, shape.batch, label="candidate") as candidate:
+            timings.append(time_trial(candidate, baselines[i] if baselines else None, built.device, protocol,
+                                      on_phase, when_busy, study, band if len(shapes) == 1 else None,
+                                      give_up_above, wait_quiet))
+    return trial_record(built, timings, band, shapes=shapes)
+
+
+def problem_shapes(problem: Problem) -> list[TimedShape]:
+    """The workload's sets as timing needs them: each one's first batch."""
+    return [TimedShape(c.label, c.weight, c.batches[0]) for c in problem.cases]
 
 
 def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProtocol | None = None,
@@ -187,18 +244,19 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
     its own): what a trial does through the Evaluator, for scripts and tests. With a baseline config, that
     engine is built too and the candidate is timed against it in paired blocks."""
     base_dir = tempfile.mkdtemp(prefix="tuner-baseline-") if baseline is not None else None
-    base = None
+    shapes = problem_shapes(problem)
+    bases = None
     try:
         if baseline is not None:
             b = build_checked(problem, baseline, base_dir, check=False, study=study,
                               on_phase=lambda p: on_phase(f"baseline {p}"))
-            base = BaselineProcess(b.backend, base_dir, problem.batches[0])
-        limit_ms, base_ms = slow_run_limit(base, give_up_above)
+            bases = [BaselineProcess(b.backend, base_dir, s.batch) for s in shapes]
+        limit_ms, base_ms = slow_run_limit(bases[0] if bases else None, give_up_above)
         built = build_checked(problem, config, out_dir, limit_ms, on_phase, study)
-        return measure_built(built, problem.batches[0], base, protocol, on_phase, when_busy, study, band,
+        return measure_built(built, shapes, bases, protocol, on_phase, when_busy, study, band,
                              give_up_above, base_ms, wait_quiet)
     finally:
-        if base is not None:
+        for base in bases or []:
             base.close()
         if base_dir is not None:
             shutil.rmtree(base_dir, ignore_errors=True)
@@ -222,6 +280,29 @@ def time_side_by_side(saved: list[tuple[str, str]], batch: Batch, baseline: int,
         for p in procs:
             p.close()
     return relative_to(samples, baseline, converged), meter.load.to_dict(), pids
+
+
+def side_by_side_over(saved: list[tuple[str, str]], shapes: list[TimedShape], baseline: int, device: str, rounds: int,
+                      protocol: LatencyProtocol, on_phase: Phase = no_phase, study: str = "", what: str = "selection",
+                      start: Start = EngineProcess) -> tuple[list[tuple[LatencyStats, object]], dict, list[int],
+                                                             list[list[dict]] | None]:
+    """time_side_by_side at each set of the workload's shapes: per engine its weighted figures (measure.workload),
+    the most loaded set's load, the first set's process ids, and per engine each set's figures (ShapeFigure as a
+    dict; None for one set)."""
+    runs = []
+    for s in shapes:
+        if len(shapes) > 1:
+            on_phase(f"{what} at {s.label}")
+        runs.append(time_side_by_side(saved, s.batch, baseline, device, rounds, protocol, on_phase, study, what, start))
+    if len(runs) == 1:
+        return (*runs[0], None)
+    w = [s.weight for s in shapes]
+    timed = [(weighted_stats([r[0][i][0] for r in runs], w), weighted_relative([r[0][i][1] for r in runs], w))
+             for i in range(len(saved))]
+    figures = [[asdict(ShapeFigure(s.label, s.weight, r[0][i][0].median_ms, r[0][baseline][0].median_ms,
+                                   r[0][i][1].ratio, r[0][i][1].ci_low, r[0][i][1].ci_high))
+                for s, r in zip(shapes, runs)] for i in range(len(saved))]
+    return timed, max((r[1] for r in runs), key=lambda load: load["other_cores"]), runs[0][2], figures
 
 
 ALONE_PROCESSES = 5  # fresh processes per engine in the deployment check
@@ -281,3 +362,24 @@ def alone_record(candidate: AloneFigure, baseline: AloneFigure) -> dict:
     ratio, lo, hi = alone_ratio(candidate, baseline)
     return {"winner": candidate.to_dict(), "baseline": baseline.to_dict(), "ratio": ratio, "ci_low": lo, "ci_high": hi,
             "speedup": 1.0 / ratio, "speedup_low": 1.0 / hi, "speedup_high": 1.0 / lo}
+
+
+def deployed_over(saved: tuple[tuple[str, str], tuple[str, str]], shapes: list[TimedShape], device: str,
+                  processes: int = ALONE_PROCESSES, seconds: float = ALONE_SECONDS, on_phase: Phase = no_phase,
+                  study: str = "", start: Start = EngineProcess) -> dict:
+    """The deployment check of a candidate against the baseline (saved: the two, in that order) at each set of
+    the workload's shapes: alone_record's figures, for several sets their weighted means (as a trial's ratio is
+    made) with each set's record under "workload"."""
+    records = []
+    for s in shapes:
+        if len(shapes) > 1:
+            on_phase(f"the deployment check at {s.label}")
+        records.append(alone_record(*time_alone(list(saved), s.batch, device, processes, seconds, on_phase, study,
+                                                start)))
+    if len(records) == 1:
+        return records[0]
+    w = [s.weight for s in shapes]
+    ratio, lo, hi = (sum(r[k] * x for r, x in zip(records, w)) for k in ("ratio", "ci_low", "ci_high"))
+    return {"ratio": ratio, "ci_low": lo, "ci_high": hi, "speedup": 1.0 / ratio, "speedup_low": 1.0 / hi,
+            "speedup_high": 1.0 / lo,
+            "workload": [r | {"shapes": s.label, "weight": s.weight} for r, s in zip(records, shapes)]}

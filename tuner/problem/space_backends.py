@@ -11,14 +11,15 @@ from ..errors import UserError
 from ..inputs.space import BACKEND, ROUTE_KEY, Space
 
 
-def check_backends(space: Space) -> tuple[Space, list[str]]:
+def check_backends(space: Space, several_shapes: bool = False) -> tuple[Space, list[str]]:
     """The space as this machine can run it, and notes for the user (one per dropped set).
 
     The space's backends must exist. In a space over several backends, a backend whose library does
     not import here is dropped from the `backend` choices with what depends on it; a space's only
     backend must import. Each backend's `adapt` hook then drops the choices its device
     cannot run. Every remaining parameter must be a setting of a backend it can be active with, and
-    every route one that backend realises."""
+    every route one that backend realises. several_shapes: the workload has several sets of shapes, so a
+    choice that fixes the engine's shapes (Backend.fixes_shapes) is not offered."""
     names = space.backends
     unknown = [n for n in names if n not in known_backends()]
     if unknown:
@@ -47,6 +48,10 @@ def check_backends(space: Space) -> tuple[Space, list[str]]:
             space = space.with_param(p.name, new)
             if reason:
                 notes.append(f"{where}: {name} on this device: {reason}")
+    if several_shapes:
+        space, fixing = serving_every_shape(space, backends)
+        notes += [f"{where}: {why} is not offered: the engine would serve only one set of the workload's shapes"
+                  for why in fixing]
     for p in space.params:
         if p.name == BACKEND:
             continue
@@ -63,6 +68,25 @@ def check_backends(space: Space) -> tuple[Space, list[str]]:
                 raise UserError(f"{space.path}: parameters.{p.name}: unknown route {bad[0]!r}; "
                                 f"the routes are {', '.join(routes)}")
     return space, notes
+
+
+def serving_every_shape(space: Space, backends: dict) -> tuple[Space, list[str]]:
+    """The space without the choices under which an engine serves only one set of shapes (OpenVINO's
+    static_shapes: true), asked of each backend a parameter is active with; and what each dropped choice is. A
+    backend whose every value fixes them (TensorRT's one profile, which spans a workload) makes no choice here."""
+    dropped = []
+    for p in list(space.params):
+        values = [False, True] if p.type == "bool" else list(p.choices or [])
+        mine = [backends[n] for n in space.backends_of(p.when) if n in backends]
+        fixing = {repr(v): why for v in values for b in mine
+                  if (why := b.fixes_shapes({p.key: v})) and not all(b.fixes_shapes({p.key: u}) for u in values)}
+        if not fixing:
+            continue
+        keep = [v for v in values if repr(v) not in fixing]
+        default = p.default if p.default in keep else keep[0]
+        space = space.with_param(p.name, replace(p, type="categorical", choices=keep, default=default))
+        dropped += sorted(set(fixing.values()))
+    return space, dropped
 
 
 REFERENCE_BACKEND = "onnxruntime"  # computes the reference outputs (problem.reference) unless --ref-outputs

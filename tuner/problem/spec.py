@@ -22,12 +22,12 @@ from ..inputs.model import (
     input_specs,
     load_model,
     output_specs,
-    parse_shape_profile,
     resolve_shapes,
 )
 from ..inputs.model import model_hash as hash_model
 from ..inputs.ref_outputs import load_ref_outputs
 from ..inputs.space import BACKEND, Space, load_space
+from ..inputs.workload import ShapeSet, cut_batches, parse_workload, set_label, weights
 from ..measure.requirement import Requirement
 from .space_backends import check_backends, check_opset
 
@@ -57,19 +57,53 @@ class ProblemSpec:
 
 
 @dataclass
+class ShapeCase:
+    """One set of the workload's shapes: every input's shape, its share of the requests (the weights sum to 1),
+    its validation batches, and their reference outputs (filled in by the evaluator)."""
+
+    shapes: dict[str, tuple[int, ...]]
+    weight: float
+    batches: list
+    refs: list | None = None
+
+    @property
+    def label(self) -> str:
+        return set_label(self.shapes)
+
+
+@dataclass
 class Problem:
-    """Everything fixed across trials. `refs` (the reference outputs) are filled in by the evaluator."""
+    """Everything fixed across trials. `cases`: the workload, one per set of shapes (one without weights);
+    `batches`, `shapes` and `refs` are the first's (what one-shape code reads)."""
 
     spec: ProblemSpec
     model: ModelFile
     space: Space
-    batches: list
+    cases: list[ShapeCase]
     calib: list
     data_hash: str
     requirement: Requirement
-    shapes: dict[str, tuple[int, ...]]
     notes: list[str] = field(default_factory=list)  # things the user should know, said once
-    refs: list | None = None
+
+    @property
+    def batches(self) -> list:
+        return self.cases[0].batches
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return self.cases[0].shapes
+
+    @property
+    def refs(self) -> list | None:
+        return self.cases[0].refs
+
+    @refs.setter
+    def refs(self, value: list | None) -> None:
+        self.cases[0].refs = value
+
+    @property
+    def several_shapes(self) -> bool:
+        return len(self.cases) > 1
 
     @property
     def model_path(self) -> str:
@@ -101,7 +135,8 @@ def load_problem(model_path: str, space_path: str | None = None, data: str | Non
     """model_hash: trusted (ProblemSpec.model_hash); requirement: `require` already parsed; ref_outputs: an
     .npz of the reference outputs of --data's batches (tuner.inputs.ref_outputs), else ONNX Runtime's fp32 run's."""
     requirement = Requirement.parse(require) if requirement is None else requirement
-    space, notes = check_backends(load_space(space_path))
+    sets = parse_workload(shapes)
+    space, notes = check_backends(load_space(space_path), several_shapes=len(sets) > 1)
     proto = load_model(model_path, check=model_hash is None)
     if model_hash is None:  # the parent's check (a trial child trusts it)
         check_opset(model_path, default_opset(proto), space, reference=not ref_outputs)
@@ -111,25 +146,50 @@ def load_problem(model_path: str, space_path: str | None = None, data: str | Non
     if ref_outputs and not data:
         raise UserError(f"--ref-outputs {ref_outputs}: needs --data, the inputs the reference outputs were computed "
                         "from (synthetic inputs have no outputs from the training framework)")
+    if ref_outputs and len(sets) > 1:
+        raise UserError(f"--ref-outputs {ref_outputs}: holds the outputs of --data's batches at one shape, and the "
+                        "workload has several; give one --shape set, or leave --ref-outputs out (ONNX Runtime's fp32 "
+                        "outputs are the reference at every shape)")
     specs = input_specs(proto)
-    profile = parse_shape_profile(shapes)
     ranges = data_mod.check_int_ranges(data_mod.parse_int_ranges(int_ranges), specs)
-    if data:
-        batches = data_mod.load_npz_batches(data, specs)
-        concrete = {k: tuple(v.shape) for k, v in batches[0].items()}
-        check_shapes_match_data(profile, concrete, data)
-    else:
-        concrete = resolve_shapes(specs, profile)
-        batches = data_mod.synthetic_batches(specs, concrete, n_batches, ranges)
-    calib = data_mod.load_npz_batches(calib_data, specs) if calib_data else batches[:n_calib]
-    data_hash = data_mod.batches_hash(batches) + data_mod.batches_hash(calib)[:8]
-    refs = None
+    cases = _cases(sets or [ShapeSet({})], specs, data, n_batches, ranges)
+    calib = data_mod.load_npz_batches(calib_data, specs) if calib_data else cases[0].batches[:n_calib]
+    data_hash = _data_hash(cases, calib)
     if ref_outputs:  # the reference is part of the data: a changed file is other data (search.settings.check_data)
-        refs = load_ref_outputs(ref_outputs, output_specs(proto), specs, concrete, len(batches))
-        data_hash = data_mod.with_refs(data_hash, refs)
+        cases[0].refs = load_ref_outputs(ref_outputs, output_specs(proto), specs, cases[0].shapes, len(cases[0].batches))
+        data_hash = data_mod.with_refs(data_hash, cases[0].refs)
     notes += problem_notes(requirement, data, specs, ranges)
-    return Problem(spec, ModelFile(model_path, proto, model_hash), space, batches, calib, data_hash,
-                   requirement, concrete, notes, refs)
+    return Problem(spec, ModelFile(model_path, proto, model_hash), space, cases, calib, data_hash, requirement, notes)
+
+
+def _cases(sets: list[ShapeSet], specs: list[TensorSpec], data: str | None, n_batches: int,
+           ranges: dict[str, tuple[int, int]]) -> list[ShapeCase]:
+    """Each set's batches: the data's (cut to the set's shapes where the workload has several), else synthetic."""
+    shares = weights(sets)
+    cases = []
+    loaded = data_mod.load_npz_batches(data, specs) if data else None
+    for s, share in zip(sets, shares):
+        if loaded is None:
+            concrete = resolve_shapes(specs, s.shapes)
+            batches = data_mod.synthetic_batches(specs, concrete, n_batches, ranges)
+        elif len(sets) == 1:
+            check_shapes_match_data(s.shapes, {k: tuple(v.shape) for k, v in loaded[0].items()}, data)
+            batches = loaded
+        else:
+            resolve_shapes(specs, {k: tuple(v.shape) for k, v in loaded[0].items()} | s.shapes)  # names and fit
+            batches = cut_batches(loaded, s.shapes, data)
+        cases.append(ShapeCase({k: tuple(v.shape) for k, v in batches[0].items()}, share, batches))
+    return cases
+
+
+def _data_hash(cases: list[ShapeCase], calib: list) -> str:
+    """The data's hash: the batches (every set's, and the weights, where the workload has several) and the
+    calibration batches'. One set hashes as before workloads, so older studies resume."""
+    if len(cases) == 1:
+        main = data_mod.batches_hash(cases[0].batches)
+    else:
+        main = data_mod.batches_hash([b for c in cases for b in c.batches] + [{"weight": np.array(c.weight)} for c in cases])
+    return main + data_mod.batches_hash(calib)[:8]
 
 
 def problem_notes(requirement: Requirement, data: str | None, specs: list[TensorSpec],

@@ -74,14 +74,37 @@ def deployed_text(deployed: dict | None, claimed: float | None = None) -> str:
     processes each)", and, where the side-by-side claim differs beyond the noise, both figures; "" for none."""
     if not deployed:
         return ""
-    w, b = deployed["winner"], deployed["baseline"]
     text = (f"deployed alone: {deployed['speedup']:.2f}x the baseline [95% {deployed['speedup_low']:.2f}-"
-            f"{deployed['speedup_high']:.2f}] (winner {w['median_ms']:.2f} ms, baseline {b['median_ms']:.2f} ms, "
-            f"medians of {len(w['medians_ms'])} fresh processes each)")
+            f"{deployed['speedup_high']:.2f}] ")
+    if deployed.get("workload"):  # a workload of several sets: the weighted figure, then each set's
+        sets = deployed["workload"]
+        text += (f"(weighted over {len(sets)} sets of shapes: "
+                 + ", ".join(f"{r['shapes']} {r['speedup']:.2f}x" for r in sets)
+                 + f"; medians of {len(sets[0]['winner']['medians_ms'])} fresh processes each)")
+    else:
+        w, b = deployed["winner"], deployed["baseline"]
+        text += (f"(winner {w['median_ms']:.2f} ms, baseline {b['median_ms']:.2f} ms, "
+                 f"medians of {len(w['medians_ms'])} fresh processes each)")
     if claimed and not deployed.get("agrees", True):
         text += (f"; side by side it read {claimed:.2f}x: the two differ beyond the noise, and the deployed figure is "
                  "what a user running the engine alone sees")
     return text
+
+
+def workload_lines(figures: list[dict] | None, indent: str = "  ") -> list[str]:
+    """One line per set of a workload's shapes (search.record.ShapeFigure as stored): its share, speedup and
+    milliseconds beside the baseline's; [] for a study of one set."""
+    lines = []
+    for f in figures or []:
+        text = f"{indent}at {f['shapes']} ({100 * f['weight']:.0f}% of requests): "
+        if f.get("ratio"):
+            text += f"{1 / f['ratio']:.2f}x the baseline"
+            if f.get("ci_low") and f.get("ci_high"):
+                text += f" [95% {1 / f['ci_high']:.2f}-{1 / f['ci_low']:.2f}]"
+            text += ", "
+        text += f"{f['median_ms']:.2f} ms" + (f" against {f['baseline_ms']:.2f} ms" if f.get("baseline_ms") else "")
+        lines.append(text)
+    return lines
 
 
 def not_deployed_lines(winner: dict) -> list[str]:

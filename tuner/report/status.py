@@ -25,7 +25,7 @@ from ..search.trials import (
 from ..store.artifacts import resolve_store
 from ..store.artifacts import usage as artifacts_usage
 from ..store.storage import local_path
-from .as_run import deployed_text, not_deployed_lines, precision_text, vs_defaults_text
+from .as_run import deployed_text, not_deployed_lines, precision_text, vs_defaults_text, workload_lines
 from .variants import rankings_lines
 
 
@@ -71,6 +71,7 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
                      + ", confirmed side by side, " + precision_text(winner.get("config"), winner.get("precision"))
                      + (" - chosen while the machine was busy: run tuner select again on a quiet machine"
                         if (winner.get("load") or {}).get("busy") else ""))
+        lines += workload_lines(winner.get("confirmed_workload"))
         against = vs_defaults_text(winner)
         if against:
             lines.append(f"winner against each runtime's defaults: {against}")

@@ -12,7 +12,15 @@ from optuna.trial import FrozenTrial, TrialState
 from ..search.failures import learnt_failures
 from ..search.settings import SETTINGS_ATTR, StudySettings, readable_settings
 from ..search.trials import baseline_modes, is_feasible, latency_of, relative_of, speedup_of, was_busy, work_line
-from .as_run import computed_text, deployed_text, float_word, not_deployed_lines, precision_text, vs_defaults_text
+from .as_run import (
+    computed_text,
+    deployed_text,
+    float_word,
+    not_deployed_lines,
+    precision_text,
+    vs_defaults_text,
+    workload_lines,
+)
 from .finalists import finalist_rows
 from .variants import variant_lines
 
@@ -285,6 +293,7 @@ def summary_rows(study) -> list[tuple[str, str]]:
         base_conf = (winner.get("baseline_latency") or {}).get("median_ms")
         rows.append(("speedup", f"{winner['speedup']:.2f}x the baseline ({base_conf:.3f} ms, timed side by side)"
                      if winner.get("speedup") and base_conf else "n/a"))
+        rows += [("speedup per set of shapes", line) for line in workload_lines(winner.get("confirmed_workload"), "")]
         against = vs_defaults_text(winner)
         if against:
             rows.append(("against each runtime's defaults", against))

@@ -15,7 +15,14 @@ from ..errors import GATE, TrialFailure, UserError
 from ..execute.timing import ALONE_SECONDS
 from ..inputs.user_paths import check_writable_dir
 from ..measure.requirement import Requirement
-from ..report.as_run import deployed_text, kept_in_float, not_deployed_lines, precision_text, vs_defaults_text
+from ..report.as_run import (
+    deployed_text,
+    kept_in_float,
+    not_deployed_lines,
+    precision_text,
+    vs_defaults_text,
+    workload_lines,
+)
 from ..report.finalists import finalist_lines
 from ..report.progress import TrialProgress
 from ..search.enqueue import enqueue_defaults, enqueue_float32_defaults, enqueue_found, enqueue_greedy
@@ -193,6 +200,7 @@ def describe_result(result: TuneResult) -> list[str]:
         err = ", ".join(f"{k}={v:.3g}" for k, v in winner["confirmed_metrics"].items() if k in named)
         lines.append(f"winner: trial {winner['trial']}, {speed}confirmed side by side ({lat['median_ms']:.2f} ms "
                      f"[95% CI {lat['ci_low_ms']:.2f}, {lat['ci_high_ms']:.2f}]{base}), {err or 'no requirement'}")
+        lines += workload_lines(winner.get("confirmed_workload"))
         backend = f"{winner['config']['backend']}, " if "backend" in winner["config"] else ""
         precision = winner.get("precision")
         lines.append(f"{backend}{precision_text(winner['config'], precision)}, "

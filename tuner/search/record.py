@@ -3,7 +3,7 @@ user attrs (to_attrs / from_trial). The attribute names are the stored format: s
 earlier versions read back the same way."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, get_type_hints
 
 from ..measure.latency import LatencyStats
@@ -27,6 +27,21 @@ LOCK_WAIT_S = "lock_wait_s"  # seconds the trial waited for another study's timi
 # What selection stores in the study: the confirmed winner, or the closest candidate where none is feasible.
 WINNER_ATTR = "winner"
 BEST_EFFORT_ATTR = "best_effort"
+
+
+@dataclass
+class ShapeFigure:
+    """One set of a workload's shapes in a trial's record (TrialRecord.workload): the candidate's median there, the
+    baseline's in the same window and the ratio with its interval (paired), and the metrics at those shapes."""
+
+    shapes: str  # as --shape writes them: input_ids=1x16,attention_mask=1x16
+    weight: float  # its share of the requests (the workload's weights sum to 1)
+    median_ms: float
+    baseline_ms: float | None = None
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -55,6 +70,14 @@ class TrialRecord:
     # the process ids that timed it, each engine alone in a process of its own (tuner.execute.timing):
     # {"candidate": pid, "baseline": pid}
     processes: dict[str, int] | None = None
+    # a workload of several sets of shapes: each set's figures (ShapeFigure as a dict); latency, relative and
+    # metrics above are then the workload's (weighted means; each metric's worst set)
+    workload: list[dict[str, Any]] | None = None
+
+    @property
+    def shape_figures(self) -> list[ShapeFigure]:
+        """Each set's figures; [] for a study of one set of shapes."""
+        return [ShapeFigure(**f) for f in self.workload or []]
 
     @property
     def disturbed(self) -> bool:
@@ -105,7 +128,8 @@ class TrialRecord:
 # another type is left out of reading commands with a note (search.reading).
 STORED_TYPES: dict[str, Any] = get_type_hints(TrialRecord) | {
     "latency": LatencyStats, "baseline_latency": LatencyStats | None, "relative": RelativeLatency | None,
-    "load": Load | None, MACHINE: dict, BUILD_KEY: str, BASELINE: bool, BASELINE_MACHINE: str,
+    "load": Load | None, "workload": list[ShapeFigure] | None, MACHINE: dict, BUILD_KEY: str, BASELINE: bool,
+    BASELINE_MACHINE: str,
     REUSED_FROM: int, FAIL_REASON: str, RETRY_OF: int, ENQUEUED: str, WORKER: str, LOCK_WAIT_S: float,
     KNOWN_FAILURE: dict,
 }

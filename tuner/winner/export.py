@@ -116,6 +116,9 @@ def _export_report(study: optuna.Study, problem: Problem, chosen: dict, kind: st
         # the input shapes it was tuned and checked at, and whether it serves only those (issue 42)
         "shapes": {name: list(shape) for name, shape in problem.shapes.items()},
         "serves_only_these_shapes": fixed_shapes(problem, chosen["config"]),
+        # a workload of several sets of shapes: each set and its share, and the winner's side-by-side figures there
+        "workload": [{"shapes": c.label, "weight": c.weight} for c in problem.cases] if problem.several_shapes else None,
+        "workload_figures": chosen.get("confirmed_workload"),
         "engine_tuner": __version__,
     }
     return report
@@ -131,7 +134,8 @@ def shapes_line(report: dict) -> str | None:
     why = report.get("serves_only_these_shapes")
     if not why:
         return None
-    shapes = " ".join(f"{n}={shape_text(s)}" for n, s in (report.get("shapes") or {}).items())
+    shapes = (" and ".join(w["shapes"] for w in report["workload"]) if report.get("workload")
+              else " ".join(f"{n}={shape_text(s)}" for n, s in (report.get("shapes") or {}).items()))
     return (f"the engine serves only the input shapes it was tuned and checked at ({shapes}): {why}; "
             "tune at the shapes it will serve")
 

@@ -18,7 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..execute.jobs import Evaluator
-from ..execute.timing import ALONE_PROCESSES, ALONE_SECONDS, alone_record
+from ..execute.timing import ALONE_PROCESSES, ALONE_SECONDS
 from ..inputs.configs import defaults_chooser, normalize
 from ..inputs.space import BACKEND, Space
 from ..problem.spec import Problem
@@ -135,9 +135,8 @@ def _deployment_check(evaluator: Evaluator, winner: dict, base, entries: list, r
     (timing.time_alone): the figure users compare with their own, with whether it agrees with the claim."""
     at = {t.number: i for i, t in enumerate(entries)}
     pair = [at[winner["trial"]], at[base.number]]
-    figures = evaluator.alone([(results[i]["backend"], os.path.join(saved, str(i))) for i in pair],
-                              results[pair[0]]["device"], processes, seconds)
-    deployed = alone_record(*figures)
+    winner_saved, base_saved = ((results[i]["backend"], os.path.join(saved, str(i))) for i in pair)
+    deployed = evaluator.deployed((winner_saved, base_saved), results[pair[0]]["device"], processes, seconds)
     return deployed | {"agrees": agrees_with_claim(winner, deployed)}
 
 
@@ -223,6 +222,8 @@ def _decide(study: optuna.Study, problem: Problem, cands: list, base, entries: l
         "confirmed_latency": stats[t.number],
         "confirmed_relative": rel,
         "confirmed_metrics": metrics,
+        # a workload of several sets of shapes: each set's side-by-side figures (search.record.ShapeFigure)
+        "confirmed_workload": next((r.get("workload") for f, r in built if f.number == t.number), None),
         "baseline_trial": base.number if base is not None else None,
         "baseline_latency": stats.get(base.number) if base is not None else None,
         "speedup": 1.0 / rel["ratio"] if base is not None and base.number in stats else None,
@@ -232,6 +233,7 @@ def _decide(study: optuna.Study, problem: Problem, cands: list, base, entries: l
         # every finalist's side-by-side timing, for `tune`, `select` and the report (report/finalists.py)
         "finalists": sorted(({"trial": f.number, "baseline": base is not None and f.number == base.number,
                               "feasible": bool(r["feasible"]), "relative": ratio[f.number], "process": r.get("process"),
+                              "workload": r.get("workload"),
                               "choices": choices_off_defaults(f.params, f.user_attrs.get(CONFIG) or {}, problem.space)}
                              | stats[f.number] for f, r in built), key=lambda f: f["relative"]["ratio"]),
         # the finalists that tie the fastest within noise, of which the simplest won (simplest_among_ties)

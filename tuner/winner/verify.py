@@ -11,7 +11,7 @@ from ..errors import UserError
 from ..execute.jobs import Evaluator
 from ..measure.latency import LatencyProtocol
 from ..problem.spec import Problem
-from ..report.as_run import deployed_text
+from ..report.as_run import deployed_text, workload_lines
 from ..search.record import CONFIG
 from ..search.trials import baseline_trial
 from .select import WINNER_ATTR, agrees_with_claim
@@ -39,7 +39,7 @@ def verify_winner(study: optuna.Study, problem: Problem, engine_dir: str | None 
               "claimed_speedup": winner.get("speedup"), "busy": got["load"]["busy"], "load": got["load"],
               "metrics": got["metrics"], "meets_requirement": got["feasible"], "rounds": rel["rounds"],
               "engine": engine_dir or "rebuilt from the winner's config", "verified_at": time.time(),
-              "processes": got["processes"]}
+              "processes": got["processes"], "workload": got.get("workload")}
     if got.get("alone"):
         result["alone"] = got["alone"] | {"agrees": agrees_with_claim(winner, got["alone"])}
     if winner.get("speedup"):
@@ -52,7 +52,9 @@ def verify_lines(result: dict) -> list[str]:
     """What `tuner verify` (and export) prints: both figures and how far apart they are."""
     lines = [f"verify: winner {result['winner_ms']:.2f} ms, defaults {result['defaults_ms']:.2f} ms, timed in paired "
              f"blocks, each in a fresh process: {result['speedup']:.2f}x [95% {result['speedup_low']:.2f}-"
-             f"{result['speedup_high']:.2f}] over {result['rounds']} rounds"]
+             f"{result['speedup_high']:.2f}] over {result['rounds']} rounds"
+             + (" (the weighted mean over the workload's sets of shapes)" if result.get("workload") else "")]
+    lines += workload_lines(result.get("workload"))
     if result.get("claimed_speedup"):
         lines.append(f"the study claimed {result['claimed_speedup']:.2f}x: verify reads {100 * result['difference']:+.1f}%"
                      + (" (within 3%)" if abs(result["difference"]) <= 0.03 else " (more than 3% apart)"))

@@ -97,8 +97,9 @@ class TensorRTBackend(Backend):
     # ------------------------------------------------------------------ the build
 
     def fixes_shapes(self, config: dict) -> str | None:
-        """Its one optimisation profile has min = opt = max = the study's shape (build.add_profile)."""
-        return "TensorRT's optimisation profile (min = opt = max)"
+        """Its one optimisation profile has min = opt = max = the study's shape (build.add_profile); for a workload of
+        several sets, min and max span the sets, so the engine serves the shapes between them."""
+        return "TensorRT's optimisation profile (min = opt = max, or the workload's range)"
 
     def build(self, model: ModelFile, config: dict, ctx: BuildContext) -> TrtEngine:
         settings, dropped = split_config(config, self.version)
@@ -112,7 +113,7 @@ class TensorRTBackend(Backend):
         save_model(graph, model_path)
         ctx.on_phase("compile")
         result = build_plan(self.trt, self.version, model_path, settings, ctx.shapes, self._cache_setup(model, settings, ctx),
-                            self._weak_keep(model, settings) if weak else ())
+                            self._weak_keep(model, settings) if weak else (), ctx.workload)
         os.remove(model_path)  # the plan is the engine; the rewritten graph was only its input
         for line in result.notes:
             log.info(line)

@@ -84,8 +84,10 @@ def dynamic_inputs(network) -> list[str]:
     return [network.get_input(i).name for i in range(network.num_inputs) if -1 in tuple(network.get_input(i).shape)]
 
 
-def add_profile(builder, network, bconfig, shapes: dict[str, tuple[int, ...]]) -> None:
-    """One optimisation profile, min = opt = max = the study's shape, for the inputs with dynamic dims."""
+def add_profile(builder, network, bconfig, shapes: dict[str, tuple[int, ...]],
+                workload: list[dict[str, tuple[int, ...]]] | None = None) -> None:
+    """One optimisation profile for the inputs with dynamic dims: min = opt = max = the study's shape, or for a
+    workload of several sets, min and max each dimension's smallest and largest over the sets, opt the first set's."""
     names = dynamic_inputs(network)
     if not names:
         return
@@ -93,8 +95,11 @@ def add_profile(builder, network, bconfig, shapes: dict[str, tuple[int, ...]]) -
     if missing:
         raise UserError(f"input {missing[0]!r} has dynamic dimensions; give its shape, e.g. --shape {missing[0]}=8x128")
     profile = builder.create_optimization_profile()
+    sets = workload or [shapes]
     for name in names:
-        profile.set_shape(name, shapes[name], shapes[name], shapes[name])
+        low = tuple(min(dims) for dims in zip(*(s[name] for s in sets)))
+        high = tuple(max(dims) for dims in zip(*(s[name] for s in sets)))
+        profile.set_shape(name, low, shapes[name], high)
     bconfig.add_optimization_profile(profile)
 
 
@@ -199,14 +204,15 @@ class CacheSetup:
 
 
 def build_plan(trt, version: Version, model_path: str, settings: dict[str, Any], shapes: dict[str, tuple[int, ...]],
-               cache: CacheSetup, weak_keep: Iterable[str] = ()) -> BuildResult:
+               cache: CacheSetup, weak_keep: Iterable[str] = (),
+               workload: list[dict[str, tuple[int, ...]]] | None = None) -> BuildResult:
     logger = make_logger(trt)
     builder = trt.Builder(logger)
     typing = settings.get("typing", "strong")
     network = builder.create_network(network_flags(trt, version, typing))
     parse_onnx(trt, network, logger, model_path)
     bconfig = builder.create_builder_config()
-    add_profile(builder, network, bconfig, shapes)
+    add_profile(builder, network, bconfig, shapes, workload)
     apply_settings(trt, bconfig, settings)
     notes: list[str] = []
     if typing == "weak":
