@@ -13,7 +13,7 @@ _EXPORTS = {
     "confirmed_points": "charts",
     "figures": "charts", "history_figure": "charts", "importance_figure": "charts", "layer_map_figure": "charts",
     "note_figure": "charts", "note_of": "charts", "pareto_figure": "charts", "sensitivity_figure": "charts",
-    "summary_table": "charts",
+    "summary_table": "charts", "workload_figure": "charts",
     "write_report": "html",
 }
 __all__ = sorted(_EXPORTS)

@@ -403,7 +403,33 @@ def sensitivity_figure(table: dict) -> go.Figure:
     return fig
 
 
+def workload_figure(study) -> go.Figure:
+    """The winner's speedup over the baseline at each set of the workload's shapes and weighted over them, each
+    with its 95% interval, as selection timed them side by side."""
+    view = StudyView.of(study)
+    title = "The winner at each set of the workload's shapes"
+    winner = view.winner or {}
+    sets = winner.get("confirmed_workload")
+    if not sets:
+        return note_figure("The study tunes one set of shapes, or has no winner: no per-set figures.", title)
+    rel = winner["confirmed_relative"]
+    labels = [f"{f['shapes']} ({100 * f['weight']:.0f}%)" for f in sets] + ["weighted"]
+    ratios = [(f["ratio"], f["ci_low"], f["ci_high"]) for f in sets] + [(rel["ratio"], rel["ci_low"], rel["ci_high"])]
+    speedups = [1 / r for r, _, _ in ratios]
+    fig = go.Figure(go.Bar(x=labels, y=speedups, marker_color=["#1f77b4"] * len(sets) + ["#2ca02c"],
+                           error_y={"type": "data", "symmetric": False,
+                                    "array": [1 / lo - 1 / r for r, lo, _ in ratios],
+                                    "arrayminus": [1 / r - 1 / hi for r, _, hi in ratios]},
+                           hovertemplate="%{x}: %{y:.2f}x the baseline<extra></extra>", meta={"role": "workload"}))
+    fig.add_hline(y=1.0, line={"color": "black", "dash": "dot", "width": 1})
+    fig.update_layout(title=title, yaxis_title="speedup over the baseline", height=360, showlegend=False)
+    return fig
+
+
 def figures(study) -> dict[str, go.Figure]:
     view = StudyView.of(study)
-    return {"pareto": pareto_figure(view), "history": history_figure(view), "importance": importance_figure(view),
-            "layers": layer_map_figure(view)}
+    out = {"pareto": pareto_figure(view), "history": history_figure(view), "importance": importance_figure(view),
+           "layers": layer_map_figure(view)}
+    if (view.winner or {}).get("confirmed_workload"):  # a workload of several sets: each set's figure
+        out["workload"] = workload_figure(view)
+    return out

@@ -21,7 +21,8 @@ p.note{background:#fff4e5;border-left:4px solid #e67e22;padding:.8em 1em}
 section{margin:2em 0}h2{margin-bottom:.3em}.meta{color:#666;font-size:90%}"""
 
 
-_SECTIONS = (("pareto", "Pareto front"), ("history", "Optimization history"), ("importance", "Parameter importances"),
+_SECTIONS = (("workload", "Speedup at each set of shapes"), ("pareto", "Pareto front"),
+             ("history", "Optimization history"), ("importance", "Parameter importances"),
              ("layers", "Per-layer override map"))
 
 
@@ -67,6 +68,8 @@ def write_report(study, path: str, storage_url: str | None = None) -> str:
     parts += [f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in rows]
     parts.append("</table></section>")
     for key, heading in _SECTIONS:
+        if key not in figs:  # the per-set figure of a study of one set
+            continue
         fig = figs[key]
         parts.append(f"<section id='{key}'><h2>{heading}</h2>")
         note = note_of(fig)
