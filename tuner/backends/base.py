@@ -90,6 +90,14 @@ class ProfilesNodes(Protocol):
         `tuner profile` (tuner.execute.profiling) asks it of a backend that declares profiles_nodes."""
 
 
+@runtime_checkable
+class ServesConcurrently(Protocol):
+    def concurrent_call(self, batch: Batch, in_flight: int) -> Callable[[], float | None]:
+        """timed_call's counterpart for throughput (--throughput): each call of the result puts `in_flight` requests
+        on the batch in flight at once, with the runtime's own parallelism (OpenVINO's infer requests and streams,
+        ONNX Runtime's concurrent runs of one session), and returns when all are done."""
+
+
 def engine_precision(engine: object) -> dict:
     """What `engine` computes in (ReportsPrecision): {} for an engine that cannot say, {"error": ...} where
     asking failed: knowing the precision never costs a measurement."""
@@ -115,6 +123,8 @@ class Backend(abc.ABC):
     float32: dict = {}
     # Its engines are ProfilesNodes: `tuner profile` refuses a backend without it before building anything.
     profiles_nodes: bool = False
+    # Its timing runner's engines are ServesConcurrently: a study with --throughput refuses a backend without it.
+    serves_concurrently: bool = False
     # Settings (config keys) an expert gives a quantized engine where the adapted space offers them
     # (OpenVINO: bf16 for the float parts on a CPU with BF16, static shapes); the route variants, the
     # ranking and its enqueued greedy trial use them (tuner.analysis.variants).
@@ -184,6 +194,11 @@ class Backend(abc.ABC):
         that changes nothing here, the default set to the library's own default on this device. The reason
         says in one sentence what was dropped and why ("" when nothing was); it is shown to the user once."""
         return param, ""
+
+    def throughput_params(self) -> list[Param]:
+        """Parameters a study that measures throughput (--throughput) adds to the space for this backend, with the
+        library's own default first (OpenVINO's performance hint). None by default."""
+        return []
 
     def route_variants(self, route: str, attention: bool) -> list[dict]:
         """The accuracy-relevant option sets (config keys; {} = the space's defaults) of a quantizing

@@ -119,7 +119,7 @@ def _tune_options(args) -> TuneOptions:
     return TuneOptions(
         study=args.study, model=args.model, storage=args.storage, space=args.space, data=args.data,
         calib_data=args.calib_data, shapes=args.shape, int_ranges=args.int_range, require=args.require,
-        allow_metrics=args.allow_metric or [], ref_outputs=args.ref_outputs,
+        allow_metrics=args.allow_metric or [], ref_outputs=args.ref_outputs, in_flight=args.throughput,
         objectives=args.objectives, sampler=args.sampler, seed=args.seed, n_trials=args.n_trials, max_trials=args.max_trials,
         timeout=args.timeout, enqueue=args.enqueue or [], force=args.force, trial_timeout=args.trial_timeout, jobs=args.jobs,
         jobs_over_cores=args.jobs_over_cores, artifacts=args.artifacts,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 from importlib.metadata import entry_points
@@ -208,6 +209,11 @@ def _add_tune_parser(sub) -> None:
     p.add_argument("--timeout", type=parse_duration,
                    help="stop starting trials after this long, e.g. 2h, 30m (default: no limit)")
     p.add_argument("--objectives", choices=values(Objectives), help="latency,error (default: a Pareto front) or latency")
+    p.add_argument("--throughput", type=_positive_int, nargs="?", const=max(2, os.cpu_count() or 2), metavar="N",
+                   help="measure throughput instead of latency: each engine timed with N requests in flight at once "
+                        "(default N: this machine's cores), served with its runtime's own parallelism (OpenVINO's "
+                        "streams and throughput hint, ONNX Runtime's concurrent runs); stored in the study "
+                        "(docs/timing.md#throughput)")
     p.add_argument("--sampler", choices=SAMPLERS,
                    help="tpe (default), nsga2, gp, random, grid, or TensorRT's tuning strategies for any "
                         "backend: fast (the defaults, then one knob changed at a time), full (every "

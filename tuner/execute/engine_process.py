@@ -19,7 +19,7 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..backends.base import Batch, load_for_timing
+from ..backends.base import Batch, ServesConcurrently, load_for_timing
 from ..errors import FailureKind, JobPhase, TrialFailure
 from ..measure.paired import InProcess
 from .orphans import end_with_parent
@@ -37,7 +37,9 @@ class EngineProcess:
     process timed what."""
 
     def __init__(self, backend: str, engine_dir: str, batch: Batch, timeout_s: float = START_TIMEOUT_S,
-                 label: str = "engine"):
+                 label: str = "engine", in_flight: int = 1):
+        """in_flight: requests in flight at once in each timed run (1: one request, the latency; more: the
+        throughput, through the engine's ServesConcurrently)."""
         self.backend, self.engine_dir, self.label = backend, engine_dir, label
         self.timeout_s = timeout_s
         mine, theirs = socket.socketpair()
@@ -50,7 +52,7 @@ class EngineProcess:
         self._conn = Connection(mine.detach())
         self.pid = self._proc.pid
         try:
-            self._ask(("load", backend, engine_dir, batch), timeout_s, LOAD_PHASE)
+            self._ask(("load", backend, engine_dir, batch, in_flight), timeout_s, LOAD_PHASE)
         except BaseException:
             self.close()
             raise
@@ -123,9 +125,9 @@ def _serve(conn: Connection) -> None:
                 return
             try:
                 if message[0] == "load":
-                    _, backend, engine_dir, batch = message
+                    _, backend, engine_dir, batch, in_flight = message
                     engine = load_for_timing(backend, engine_dir)
-                    timed = InProcess(engine.timed_call(batch))  # the same runs as an engine timed in one process
+                    timed = InProcess(_runs(engine, backend, batch, in_flight))
                     reply: Any = os.getpid()
                 elif message[0] == "runtimes":
                     reply = sorted(m for m in RUNTIMES if m in sys.modules)
@@ -139,6 +141,16 @@ def _serve(conn: Connection) -> None:
     finally:
         if engine is not None:
             engine.close()
+
+
+def _runs(engine, backend: str, batch: Batch, in_flight: int):
+    """What one timed run is: one request (the same runs as an engine timed in one process), or `in_flight` requests
+    at once (throughput)."""
+    if in_flight <= 1:
+        return engine.timed_call(batch)
+    if not isinstance(engine, ServesConcurrently):
+        raise TypeError(f"the {backend} engine cannot serve concurrent requests (it has no concurrent_call)")
+    return engine.concurrent_call(batch, in_flight)
 
 
 def main(argv: list[str]) -> None:

@@ -263,6 +263,7 @@ class Evaluator:
         deadline: clock() past which no job starts (OutOfTime): the study's --timeout bounds its analysis.
         log_path: where the children's own output goes (the study's trials log); None: the terminal."""
         self.spec = asdict(spec) if isinstance(spec, ProblemSpec) else dict(spec)
+        self.in_flight = self.spec.get("in_flight") or 1  # requests in flight in each timed run (--throughput)
         self.study = study
         self.timeout_s = timeout_s
         self.protocol = protocol
@@ -292,7 +293,7 @@ class Evaluator:
         return self.shapes()[0].batch
 
     def _start(self, backend: str, folder: str, batch: dict, label: str = "engine") -> EngineProcess:
-        return EngineProcess(backend, folder, batch, timeout_s=self.timeout_s, label=label)
+        return EngineProcess(backend, folder, batch, timeout_s=self.timeout_s, label=label, in_flight=self.in_flight)
 
     def baseline_processes(self) -> list[BaselineProcess] | None:
         """The baseline engine, built once into a folder of this evaluator's, in a process per set of the

@@ -9,6 +9,7 @@ The deployment check (time_alone) times engines as a user runs them: each alone 
 processes, in turn, and compares the medians of the processes' medians."""
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 import time
@@ -245,16 +246,17 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
     engine is built too and the candidate is timed against it in paired blocks."""
     base_dir = tempfile.mkdtemp(prefix="tuner-baseline-") if baseline is not None else None
     shapes = problem_shapes(problem)
+    start = functools.partial(EngineProcess, in_flight=problem.spec.in_flight or 1)
     bases = None
     try:
         if baseline is not None:
             b = build_checked(problem, baseline, base_dir, check=False, study=study,
                               on_phase=lambda p: on_phase(f"baseline {p}"))
-            bases = [BaselineProcess(b.backend, base_dir, s.batch) for s in shapes]
+            bases = [BaselineProcess(b.backend, base_dir, s.batch, start=start) for s in shapes]
         limit_ms, base_ms = slow_run_limit(bases[0] if bases else None, give_up_above)
         built = build_checked(problem, config, out_dir, limit_ms, on_phase, study)
         return measure_built(built, shapes, bases, protocol, on_phase, when_busy, study, band,
-                             give_up_above, base_ms, wait_quiet)
+                             give_up_above, base_ms, wait_quiet, start)
     finally:
         for base in bases or []:
             base.close()

@@ -11,7 +11,7 @@ from ..errors import UserError
 from ..inputs.space import BACKEND, ROUTE_KEY, Space
 
 
-def check_backends(space: Space, several_shapes: bool = False) -> tuple[Space, list[str]]:
+def check_backends(space: Space, several_shapes: bool = False, throughput: bool = False) -> tuple[Space, list[str]]:
     """The space as this machine can run it, and notes for the user (one per dropped set).
 
     The space's backends must exist. In a space over several backends, a backend whose library does
@@ -48,6 +48,8 @@ def check_backends(space: Space, several_shapes: bool = False) -> tuple[Space, l
             space = space.with_param(p.name, new)
             if reason:
                 notes.append(f"{where}: {name} on this device: {reason}")
+    if throughput:
+        space = with_throughput_params(space, backends)
     if several_shapes:
         space, fixing = serving_every_shape(space, backends)
         notes += [f"{where}: {why} is not offered: the engine would serve only one set of the workload's shapes"
@@ -68,6 +70,20 @@ def check_backends(space: Space, several_shapes: bool = False) -> tuple[Space, l
                 raise UserError(f"{space.path}: parameters.{p.name}: unknown route {bad[0]!r}; "
                                 f"the routes are {', '.join(routes)}")
     return space, notes
+
+
+def with_throughput_params(space: Space, backends: dict) -> Space:
+    """The space with each backend's throughput parameters (active under that backend in a space over several);
+    a backend that cannot serve concurrent requests is refused in one line."""
+    for name, backend in backends.items():
+        if not backend.serves_concurrently:
+            raise UserError(f"--throughput: backend {name} cannot time concurrent requests (its engines are not "
+                            f"ServesConcurrently); measure latency, or give a space without it (--space)")
+        for p in backend.throughput_params():
+            if space.param(p.name) is None:
+                when = {BACKEND: [name]} if space.param(BACKEND) is not None else {}
+                space = replace(space, params=[*space.params, replace(p, when=when)])
+    return space
 
 
 def serving_every_shape(space: Space, backends: dict) -> tuple[Space, list[str]]:

@@ -50,6 +50,10 @@ class ProblemSpec:
     model_hash: str | None = None
     # Reference outputs from the training framework (.npz), compared to instead of ONNX Runtime's fp32 run.
     ref_outputs: str | None = None
+    # Requests in flight at once while an engine is timed (--throughput): 1 (or None: a study made before it) times
+    # one request at a time, the latency; more time the throughput, each engine serving them with its runtime's
+    # own parallelism (tuner.backends.base.ServesConcurrently).
+    in_flight: int | None = None
 
     def load(self, requirement: Requirement | None = None) -> Problem:
         """Load and validate; requirement: `require` already parsed (by the study's settings)."""
@@ -131,18 +135,20 @@ class Problem:
 def load_problem(model_path: str, space_path: str | None = None, data: str | None = None, calib_data: str | None = None,
                  shapes: list[str] | None = None, int_ranges: list[str] | None = None, require: Any = None,
                  n_batches: int = 4, n_calib: int = 4, model_hash: str | None = None,
-                 requirement: Requirement | None = None, ref_outputs: str | None = None) -> Problem:
+                 requirement: Requirement | None = None, ref_outputs: str | None = None,
+                 in_flight: int | None = None) -> Problem:
     """model_hash: trusted (ProblemSpec.model_hash); requirement: `require` already parsed; ref_outputs: an
     .npz of the reference outputs of --data's batches (tuner.inputs.ref_outputs), else ONNX Runtime's fp32 run's."""
     requirement = Requirement.parse(require) if requirement is None else requirement
     sets = parse_workload(shapes)
-    space, notes = check_backends(load_space(space_path), several_shapes=len(sets) > 1)
+    in_flight = check_in_flight(in_flight)
+    space, notes = check_backends(load_space(space_path), several_shapes=len(sets) > 1, throughput=in_flight > 1)
     proto = load_model(model_path, check=model_hash is None)
     if model_hash is None:  # the parent's check (a trial child trusts it)
         check_opset(model_path, default_opset(proto), space, reference=not ref_outputs)
     model_hash = model_hash or hash_model(model_path)
     spec = ProblemSpec(model_path, space_path, data, calib_data, shapes, int_ranges, str(requirement) or None,
-                       n_batches, n_calib, model_hash, ref_outputs)
+                       n_batches, n_calib, model_hash, ref_outputs, in_flight if in_flight > 1 else None)
     if ref_outputs and not data:
         raise UserError(f"--ref-outputs {ref_outputs}: needs --data, the inputs the reference outputs were computed "
                         "from (synthetic inputs have no outputs from the training framework)")
@@ -159,7 +165,20 @@ def load_problem(model_path: str, space_path: str | None = None, data: str | Non
         cases[0].refs = load_ref_outputs(ref_outputs, output_specs(proto), specs, cases[0].shapes, len(cases[0].batches))
         data_hash = data_mod.with_refs(data_hash, cases[0].refs)
     notes += problem_notes(requirement, data, specs, ranges)
+    if in_flight > 1:
+        notes.append(f"--throughput: each engine is timed with {in_flight} requests in flight at once, so a speedup is "
+                     "a gain in requests per second; the analysis's quick timings are still one request at a time")
     return Problem(spec, ModelFile(model_path, proto, model_hash), space, cases, calib, data_hash, requirement, notes)
+
+
+def check_in_flight(in_flight: int | None) -> int:
+    """The requests in flight (1 for None); a whole number from 1 up, else one line."""
+    if in_flight is None:
+        return 1
+    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+        raise UserError(f"--throughput {in_flight!r}: give the number of requests in flight at once, a whole number "
+                        "from 2 up (e.g. the machine's cores), or leave it out to measure latency")
+    return in_flight
 
 
 def _cases(sets: list[ShapeSet], specs: list[TensorSpec], data: str | None, n_batches: int,

@@ -91,6 +91,11 @@ def deployed_text(deployed: dict | None, claimed: float | None = None) -> str:
     return text
 
 
+def serving_text(spec) -> str:
+    """"", or what a throughput study times (--throughput): ", throughput with 4 requests in flight"."""
+    return f", throughput with {spec.in_flight} requests in flight" if (spec.in_flight or 1) > 1 else ""
+
+
 def workload_lines(figures: list[dict] | None, indent: str = "  ") -> list[str]:
     """One line per set of a workload's shapes (search.record.ShapeFigure as stored): its share, speedup and
     milliseconds beside the baseline's; [] for a study of one set."""

@@ -25,7 +25,7 @@ from ..search.trials import (
 from ..store.artifacts import resolve_store
 from ..store.artifacts import usage as artifacts_usage
 from ..store.storage import local_path
-from .as_run import deployed_text, not_deployed_lines, precision_text, vs_defaults_text, workload_lines
+from .as_run import deployed_text, not_deployed_lines, precision_text, serving_text, vs_defaults_text, workload_lines
 from .variants import rankings_lines
 
 
@@ -41,7 +41,7 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
     lines = [f"study {study.study_name} in {url}",
              f"model {settings.model_path} (hash {settings.model_hash}), requirement {settings.requirement or 'none'}, "
              f"objectives {settings.objectives.value}, sampler {settings.sampler}",
-             f"work: {work_line(trials, settings.rankings)}; timing {settings.timing.value}",
+             f"work: {work_line(trials, settings.rankings)}; timing {settings.timing.value}{serving_text(settings.spec)}",
              "trials: " + (", ".join(f"{k.lower()} {v}" for k, v in sorted(by_state.items())) or "none")
              + f"; feasible {len(feasible)}, infeasible {len(done) - len(feasible)}, reused {reused}"]
     lines += rankings_lines(settings.rankings)

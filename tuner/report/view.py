@@ -18,6 +18,7 @@ from .as_run import (
     float_word,
     not_deployed_lines,
     precision_text,
+    serving_text,
     vs_defaults_text,
     workload_lines,
 )
@@ -259,7 +260,7 @@ def summary_rows(study) -> list[tuple[str, str]]:
             ("trials by state", ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())) or "none"),
             ("feasible / infeasible", f"{len(feasible)} / {len(done) - len(feasible)}"
              + (" - no trial meets the requirement" if done and not feasible else "")),
-            ("work", work_line(trials, s.rankings) + f"; timing {s.timing.value}")]
+            ("work", work_line(trials, s.rankings) + f"; timing {s.timing.value}{serving_text(s.spec)}")]
     for name, ranking in (s.rankings or {}).items():  # the route variants before the layers (tuner.analysis.variants)
         lines = variant_lines(name, ranking)
         if lines:

@@ -24,6 +24,7 @@ class TuneOptions:
     ref_outputs: str | None = None  # .npz of the training framework's outputs of --data: the reference (tuner.inputs.ref_outputs)
     shapes: list[str] | None = None
     int_ranges: list[str] | None = None
+    in_flight: int | None = None  # requests in flight at once while timing (--throughput); None: latency
     require: str | list[str] | None = None
     allow_metrics: list[str] = field(default_factory=list)  # MODULE:FUNC a stored study may run (--allow-metric)
     objectives: str | None = None
@@ -66,7 +67,7 @@ class TuneOptions:
         return {"model": self.model, "space": self.space, "data": self.data, "calib_data": self.calib_data,
                 "shapes": self.shapes, "int_ranges": self.int_ranges, "require": self.require,
                 "objectives": self.objectives, "sampler": self.sampler, "seed": self.seed, "timing": self.timing,
-                "ref_outputs": self.ref_outputs}
+                "ref_outputs": self.ref_outputs, "in_flight": self.in_flight}
 
 
 def trials_log(study: str, engines: str) -> str:

@@ -19,7 +19,7 @@ from ..inputs.space import DEFAULT_SPACE, space_file
 from ..inputs.user_paths import check_input_file
 from ..measure.metric_source import locate_metric, source_hash, split_spec
 from ..measure.requirement import Requirement
-from ..problem.spec import ProblemSpec
+from ..problem.spec import ProblemSpec, check_in_flight
 from .choices import SAMPLERS, Objectives, Timing, values
 
 SETTINGS_ATTR = "tuner_settings"
@@ -27,7 +27,7 @@ SETTINGS_ATTR = "tuner_settings"
 # spec under "spec" (from_attrs reads both: the keys are the same).
 SCHEMA = 2
 # Settings a user gives that are part of the problem spec (the rest are the study's own).
-SPEC_KEYS = ("model_path", "space_path", "data", "calib_data", "shapes", "int_ranges", "ref_outputs")
+SPEC_KEYS = ("model_path", "space_path", "data", "calib_data", "shapes", "int_ranges", "ref_outputs", "in_flight")
 
 
 def file_hash(path: str) -> str:
@@ -132,7 +132,7 @@ def object_name(sampler: optuna.samplers.BaseSampler) -> str:
 
 
 def given_settings(model=None, space=None, data=None, calib_data=None, shapes=None, int_ranges=None, require=None,
-                   objectives=None, sampler=None, seed=None, timing=None, ref_outputs=None) -> dict:
+                   objectives=None, sampler=None, seed=None, timing=None, ref_outputs=None, in_flight=None) -> dict:
     """The settings the user gave on this call, by their stored names and in their typed form (a parsed
     Requirement, Objectives, Timing), checked (None or empty: not given)."""
     given: dict = {}
@@ -146,6 +146,8 @@ def given_settings(model=None, space=None, data=None, calib_data=None, shapes=No
                         ("int_ranges", int_ranges), ("ref_outputs", _abs(ref_outputs))):
         if value:
             given[name] = value
+    if in_flight is not None:
+        given["in_flight"] = check_in_flight(in_flight) if in_flight != 1 else None
     if require:
         given["requirement"] = Requirement.parse(require)
     if objectives:

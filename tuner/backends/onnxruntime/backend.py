@@ -70,6 +70,7 @@ class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     device = "cpu"
     profiles_nodes = True
+    serves_concurrently = True
     routes = ROUTES
     quantizing_routes = QUANTIZING_ROUTES
 

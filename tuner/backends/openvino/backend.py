@@ -27,6 +27,7 @@ class OpenVinoBackend(Backend):
     name = "openvino"
     device = "cpu"
     profiles_nodes = True
+    serves_concurrently = True
     routes = ROUTES
     quantizing_routes = QUANTIZING_ROUTES
     float32: dict = FLOAT32
@@ -66,6 +67,10 @@ class OpenVinoBackend(Backend):
 
     def adapt(self, param: Param) -> tuple[Param | None, str]:
         return device.adapt(param)
+
+    def throughput_params(self) -> list[Param]:
+        """The performance hint: auto (not set: the CPU plugin's latency hint, one stream) or THROUGHPUT."""
+        return [Param("performance_hint", "categorical", "auto", choices=["auto", "THROUGHPUT"])]
 
     def fixes_shapes(self, config: dict) -> str | None:
         """static_shapes: the model is reshaped to the study's shapes before it is compiled."""

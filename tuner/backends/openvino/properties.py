@@ -14,6 +14,9 @@ PROPERTIES = {
     # ov.properties.hint.dynamic_quantization_group_size: int8 activations on the fly for
     # weight-compressed MatMuls (0 = off); only CPUs with VNNI (or ARM dot-product) kernels use it.
     "dynamic_quantization_group_size": "DYNAMIC_QUANTIZATION_GROUP_SIZE",
+    # ov.properties.hint.performance_mode: offered only where a study measures throughput (--throughput:
+    # OpenVinoBackend.throughput_params); THROUGHPUT splits the cores into streams that run requests side by side.
+    "performance_hint": "PERFORMANCE_HINT",
 }
 # Not set: the latency hint with one stream (ov.properties.hint.performance_mode, ov.properties.num_streams),
 # the CPU plugin's own defaults: the tuner times one synchronous request (two streams split the cores: one

@@ -33,6 +33,7 @@ class OpenVinoRunner:
         self.compiled, self.properties = compiled, properties
         self._request = compiled.create_infer_request()
         self._staged: dict[int, np.ndarray] = {}  # input index -> the private array timed_call set
+        self._queue: ov.AsyncInferQueue | None = None  # concurrent_call's requests
         # Name outputs by the ONNX graph's output names: after reshape + save_model the demo's `y`
         # port is {'y', 'final_ln_out'} and get_any_name() returns the latter.
         self.output_names = list(output_names)
@@ -70,11 +71,30 @@ class OpenVinoRunner:
 
         return call
 
+    def concurrent_call(self, batch: Batch, in_flight: int) -> Callable[[], None]:
+        """`in_flight` infer requests of the compiled model (an AsyncInferQueue), each with the batch staged once, all
+        started at once and waited for: as many run at a time as the compiled model's streams allow (one with the
+        latency hint, several with the throughput hint)."""
+        feed = self._feed(batch)
+        self._queue = ov.AsyncInferQueue(self.compiled, in_flight)
+        for i in range(in_flight):
+            for index, array in feed.items():
+                self._queue[i].set_input_tensor(index, ov.Tensor(array.copy(), shared_memory=True))
+        queue = self._queue
+
+        def call() -> None:
+            for _ in range(in_flight):
+                queue.start_async()
+            queue.wait_all()
+
+        return call
+
     def _restage(self) -> None:
         for index, array in self._staged.items():
             self._request.set_input_tensor(index, ov.Tensor(array, shared_memory=True))
 
     def close(self) -> None:
+        self._queue = None
         self._request = None
         self.compiled = None
         self._staged = {}
