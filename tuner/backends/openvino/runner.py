@@ -34,6 +34,7 @@ class OpenVinoRunner:
         self._request = compiled.create_infer_request()
         self._staged: dict[int, np.ndarray] = {}  # input index -> the private array timed_call set
         self._queue: ov.AsyncInferQueue | None = None  # concurrent_call's requests
+        self._queue_inputs: list[dict[int, np.ndarray]] = []  # and the arrays their input tensors share
         # Name outputs by the ONNX graph's output names: after reshape + save_model the demo's `y`
         # port is {'y', 'final_ln_out'} and get_any_name() returns the latter.
         self.output_names = list(output_names)
@@ -77,9 +78,11 @@ class OpenVinoRunner:
         latency hint, several with the throughput hint)."""
         feed = self._feed(batch)
         self._queue = ov.AsyncInferQueue(self.compiled, in_flight)
-        for i in range(in_flight):
-            for index, array in feed.items():
-                self._queue[i].set_input_tensor(index, ov.Tensor(array.copy(), shared_memory=True))
+        # each request's own copies, kept alive here: a shared-memory tensor does not hold its array
+        self._queue_inputs = [{i: v.copy() for i, v in feed.items()} for _ in range(in_flight)]
+        for request, arrays in zip(self._queue, self._queue_inputs):
+            for index, array in arrays.items():
+                request.set_input_tensor(index, ov.Tensor(array, shared_memory=True))
         queue = self._queue
 
         def call() -> None:
@@ -94,7 +97,7 @@ class OpenVinoRunner:
             self._request.set_input_tensor(index, ov.Tensor(array, shared_memory=True))
 
     def close(self) -> None:
-        self._queue = None
+        self._queue, self._queue_inputs = None, []
         self._request = None
         self.compiled = None
         self._staged = {}
