@@ -34,6 +34,8 @@ def test_weights_are_shares_of_their_sum():
     (["x=1x16@heavy", "x=2x16@1"], "the weight after @ must be a positive number"),
     (["x=1x16,y=1@1", "x=2x16@1"],
      "--shape 'x=2x16@1' names x, but 'x=1x16,y=1@1' names x, y; every set of a workload names the same inputs"),
+    (["x=2x16@1", "y=1,x=1x16@1"],
+     "--shape 'y=1,x=1x16@1' names x, y, but 'x=2x16@1' names x; every set of a workload names the same inputs"),
     (["x=1x16@1", "x=1x16@2"], "the workload has this set twice; give it once with the sum of the weights"),
     (["x=1x16,x=2x16@1", "x=3x16@1"], "names input 'x' twice; one set names each input once"),
     (["x:1x16@1"], "NAME:DIMS is trtexec's and Polygraphy's syntax"),
@@ -52,6 +54,8 @@ def test_batches_are_cut_to_each_set_keeping_the_leading_part_of_every_dimension
     assert [b["ids"].shape for b in cut] == [(2, 3), (2, 3)] and cut[0]["mask"].shape == (2, 3)
     assert cut[1]["ids"].tolist() == ids[1][:2, :3].tolist()  # the first rows' first tokens
     assert cut[0]["fixed"].shape == (3,)  # an input the set does not name keeps the data's shape
+    whole = cut_batches(batches, {"ids": (4, 6)}, "d.npz")  # the data's own shape is a set it can feed
+    assert whole[1]["ids"].tolist() == ids[1].tolist()
 
 
 def test_a_set_larger_than_the_data_cannot_be_cut_from_it():

@@ -35,5 +35,7 @@ def test_one_set_is_its_own_figure():
 
 def test_latency_is_a_requests_mean_over_the_workload():
     got = weighted_stats([_stats(2.0, 10), _stats(20.0, 4, converged=False)], [0.7, 0.3])
-    assert got.median_ms == pytest.approx(7.4) and got.p90_ms == pytest.approx(8.4)
-    assert got.ci_low_ms == pytest.approx(6.9) and got.count == 14 and not got.converged
+    assert (got.median_ms, got.p10_ms, got.p90_ms, got.mean_ms, got.std_ms, got.ci_low_ms, got.ci_high_ms) == \
+        pytest.approx((7.4, 6.4, 8.4, 7.4, 0.5, 6.9, 7.9))
+    assert got.count == 14 and got.converged is False
+    assert weighted_stats([_stats(2.0), _stats(3.0)], [1, 1]).converged is True
