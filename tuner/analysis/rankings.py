@@ -142,7 +142,7 @@ def study_rankings(problem: Problem, timeout_s: float = 600.0, quiet: bool = Tru
         return out
     started = time.perf_counter()
     printer = progress_printer(quiet, log_lines=True)
-    with Evaluator(problem.spec, timeout_s, persistent=True, deadline=deadline, log_path=log_path) as evaluator:
+    with Evaluator(problem.loaded, timeout_s, persistent=True, deadline=deadline, log_path=log_path) as evaluator:
 
         def progress(message: str) -> None:  # what the analysis does, and what it has spent so far
             printer(f"analysis {_elapsed(time.perf_counter() - started)}: {message}")

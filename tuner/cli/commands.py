@@ -89,7 +89,7 @@ def cmd_evaluate(args) -> int:
     config = config_from_sets(problem, args.set)
     print_notes(problem.notes)
     made_out = not os.path.exists(args.out)
-    with Evaluator(problem.spec) as evaluator:
+    with Evaluator(problem.loaded) as evaluator:
         try:
             record = evaluator.measure(config, args.out)
         except TrialFailure as exc:
@@ -314,7 +314,7 @@ def cmd_sensitivity(args) -> int:
         override = dataclasses.replace(override, granularity="group", group_pattern=args.groups)
     print_notes(problem.notes)
     progress = progress_printer(quiet=False, log_lines=False)
-    with Evaluator(problem.spec, persistent=True) as evaluator:
+    with Evaluator(problem.loaded, persistent=True) as evaluator:
         rows, known = None, None
         if not args.no_variants:
             route, known, rows = _sensitivity_variant(problem, route, override, values, evaluator, progress)

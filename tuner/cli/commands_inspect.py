@@ -74,7 +74,7 @@ def cmd_profile(args) -> int:
     for name in names:
         check_profiled(name)
     try:
-        with Evaluator(problem.spec, timeout_s=1800.0, study=study.study_name) as evaluator:
+        with Evaluator(problem.loaded, timeout_s=1800.0, study=study.study_name) as evaluator:
             raw = evaluator.profile(configs)
     except TrialFailure as exc:
         raise UserError(f"profiling failed{' during ' + exc.phase if exc.phase else ''}: {exc}") from None

@@ -20,7 +20,7 @@ from ..errors import JobPhase
 from ..measure.guard import BaselineBand
 from ..measure.latency import LatencyProtocol, measure_latency
 from ..measure.paired import measure_paired
-from ..problem.spec import Problem, ProblemSpec
+from ..problem.spec import LoadedSpec, Problem, ProblemSpec
 from ..search.record import TrialRecord
 from ..store import cache
 from ..store.locks import TimingLockWaits, timing_lock
@@ -60,12 +60,14 @@ class OutOfTime(Exception):
 _LOADED: dict[str, Problem] = {}  # a persistent child keeps its problem (model, data, reference) loaded
 
 
-def loaded_problem(spec: dict, cache_dir: str) -> Problem:
+def loaded_problem(spec: LoadedSpec | dict, cache_dir: str) -> Problem:
+    """The problem of a job: a LoadedSpec (the parent's, trusted: no requirement parsed, no model hashed, no space
+    checked here) or a spec's fields (a script's: loaded and checked), kept loaded for the next job of this child."""
     os.environ[cache.CACHE_ENV] = cache_dir  # the forkserver's environment may predate the caller's
-    key = repr(sorted(spec.items()))
+    key = repr(spec) if isinstance(spec, LoadedSpec) else repr(sorted(spec.items()))
     if key not in _LOADED:
         _LOADED.clear()
-        _LOADED[key] = ProblemSpec(**spec).load()
+        _LOADED[key] = spec.load() if isinstance(spec, LoadedSpec) else ProblemSpec(**spec).load()
     return _LOADED[key]
 
 
@@ -254,7 +256,7 @@ class Evaluator:
     Timings happen here, each engine in a process of its own (tuner.execute.timing); the baseline's
     engine is built once and its process serves several trials."""
 
-    def __init__(self, spec: ProblemSpec | dict, timeout_s: float = 600.0, protocol: LatencyProtocol | None = None,
+    def __init__(self, spec: LoadedSpec | ProblemSpec | dict, timeout_s: float = 600.0, protocol: LatencyProtocol | None = None,
                  persistent: bool = False, baseline: dict | None = None, when_busy: str = "warn", study: str = "",
                  deadline: float | None = None, clock: Callable[[], float] = time.monotonic,
                  log_path: str | None = None):
@@ -262,8 +264,10 @@ class Evaluator:
         study: the study's name, for backends that keep study-wide state (TensorRT's timing cache).
         deadline: clock() past which no job starts (OutOfTime): the study's --timeout bounds its analysis.
         log_path: where the children's own output goes (the study's trials log); None: the terminal."""
-        self.spec = asdict(spec) if isinstance(spec, ProblemSpec) else dict(spec)
-        self.in_flight = self.spec.get("in_flight") or 1  # requests in flight in each timed run (--throughput)
+        # what each job gets: a LoadedSpec as the parent made it, or a spec's fields (its child checks them)
+        self.spec = spec if isinstance(spec, LoadedSpec) else asdict(spec) if isinstance(spec, ProblemSpec) else dict(spec)
+        fields_of = asdict(spec.spec) if isinstance(spec, LoadedSpec) else self.spec
+        self.in_flight = fields_of.get("in_flight") or 1  # requests in flight in each timed run (--throughput)
         self.study = study
         self.timeout_s = timeout_s
         self.protocol = protocol

@@ -60,6 +60,20 @@ class ProblemSpec:
         return load_problem(**asdict(self), requirement=requirement)
 
 
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A problem as the process that validated it hands it to its children (trial children, the jobs of
+    selection, export and verify): the spec with the model's hash, the requirement parsed and the space checked
+    against this machine's backends. A child given one parses, hashes and checks none of them again."""
+
+    spec: ProblemSpec
+    requirement: Requirement
+    space: Space
+
+    def load(self) -> Problem:
+        return load_problem(**asdict(self.spec), requirement=self.requirement, space=self.space)
+
+
 @dataclass
 class ShapeCase:
     """One set of the workload's shapes: every input's shape, its share of the requests (the weights sum to 1),
@@ -110,6 +124,11 @@ class Problem:
         return len(self.cases) > 1
 
     @property
+    def loaded(self) -> LoadedSpec:
+        """What a child process needs to load this problem again without checking it again."""
+        return LoadedSpec(self.spec, self.requirement, self.space)
+
+    @property
     def model_path(self) -> str:
         return self.model.path
 
@@ -136,13 +155,16 @@ def load_problem(model_path: str, space_path: str | None = None, data: str | Non
                  shapes: list[str] | None = None, int_ranges: list[str] | None = None, require: Any = None,
                  n_batches: int = 4, n_calib: int = 4, model_hash: str | None = None,
                  requirement: Requirement | None = None, ref_outputs: str | None = None,
-                 in_flight: int | None = None) -> Problem:
+                 in_flight: int | None = None, space: Space | None = None) -> Problem:
     """model_hash: trusted (ProblemSpec.model_hash); requirement: `require` already parsed; ref_outputs: an
     .npz of the reference outputs of --data's batches (tuner.inputs.ref_outputs), else ONNX Runtime's fp32 run's."""
     requirement = Requirement.parse(require) if requirement is None else requirement
     sets = parse_workload(shapes)
     in_flight = check_in_flight(in_flight)
-    space, notes = check_backends(load_space(space_path), several_shapes=len(sets) > 1, throughput=in_flight > 1)
+    if space is None:
+        space, notes = check_backends(load_space(space_path), several_shapes=len(sets) > 1, throughput=in_flight > 1)
+    else:  # checked by the parent (LoadedSpec): its notes were said there
+        notes = []
     proto = load_model(model_path, check=model_hash is None)
     if model_hash is None:  # the parent's check (a trial child trusts it)
         check_opset(model_path, default_opset(proto), space, reference=not ref_outputs)

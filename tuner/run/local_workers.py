@@ -89,7 +89,7 @@ def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: 
     # (the parent's checked spec: no checker, no hash again) instead of once per trial; a trial that
     # crashes or hangs still fails alone, and the next one starts a fresh child.
     engines = engines_dir(ctx.study.study_name, ctx.url, opts.engines_dir)
-    evaluator = Evaluator(ctx.problem.spec, opts.trial_timeout, opts.protocol, persistent=True, study=ctx.study.study_name,
+    evaluator = Evaluator(ctx.problem.loaded, opts.trial_timeout, opts.protocol, persistent=True, study=ctx.study.study_name,
                           baseline=baseline_config(ctx) if paired else None, when_busy=opts.when_busy,
                           log_path=trials_log(ctx.study.study_name, engines) if opts.quiet else None)
     objective = Objective(ctx, evaluator, engines, opts.keep_engines,

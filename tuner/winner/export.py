@@ -59,7 +59,7 @@ def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effo
         engine_dir = os.path.join(staging, "engine")
         if record is not None:
             fetch_engine(store, record, engine_dir)  # sha256 of the tar and of every file, as uploaded
-        with Evaluator(problem.spec, timeout_s, study=study.study_name) as evaluator:
+        with Evaluator(problem.loaded, timeout_s, study=study.study_name) as evaluator:
             if record is not None:
                 built = evaluator.load(chosen["config"], engine_dir, record.get("main"))
             else:

@@ -96,7 +96,7 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
     untried = [(name, config) for name, (t, config) in defaults.items() if t is None]  # no trial of them: built here
     reference = entries.index(base) if base is not None else 0  # what the speedups are measured against
     with tempfile.TemporaryDirectory(prefix="tuner-finalists-") as saved, \
-            Evaluator(problem.spec, timeout_s, study=study.study_name) as evaluator:
+            Evaluator(problem.loaded, timeout_s, study=study.study_name) as evaluator:
         confirmed_run = evaluator.confirm([t.user_attrs[CONFIG] for t in entries] + [c for _, c in untried],
                                           reference, rounds=rounds, save_dir=saved)
         winner = _decide(study, problem, cands, base, entries, confirmed_run)

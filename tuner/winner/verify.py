@@ -31,7 +31,7 @@ def verify_winner(study: optuna.Study, problem: Problem, engine_dir: str | None 
     base = baseline_trial(study)
     if base is None:
         raise UserError(f"study {study.study_name!r} has no baseline trial to compare the winner with")
-    with Evaluator(problem.spec, timeout_s) as evaluator:
+    with Evaluator(problem.loaded, timeout_s) as evaluator:
         got = evaluator.verify(winner["config"], base.user_attrs[CONFIG], engine_dir, backend, VERIFY_PROTOCOL)
     rel = got["relative"]
     result = {"speedup": 1.0 / rel["ratio"], "speedup_low": 1.0 / rel["ci_high"], "speedup_high": 1.0 / rel["ci_low"],
