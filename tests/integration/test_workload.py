@@ -11,8 +11,11 @@ from needs import backend_or_skip
 from test_tune_a_study import options
 
 from tuner.cli.main import main
-from tuner.errors import UserError
+from tuner.errors import TrialFailure, UserError
 from tuner.execute.evaluate import build_checked
+from tuner.execute.timing import measure_built, problem_shapes
+from tuner.inputs.space import SPACES_DIR
+from tuner.measure.latency import LatencyProtocol
 from tuner.problem.spec import config_from_sets, load_problem
 from tuner.run.tune import tune_study
 from tuner.search.record import TrialRecord
@@ -82,7 +85,6 @@ def test_a_trial_accurate_at_one_set_and_not_at_the_other_is_infeasible(demo_pat
 @pytest.mark.parametrize("space", ["cpu.yaml", "openvino-cpu.yaml"])
 def test_static_shapes_is_offered_only_with_one_set(demo_path, space):
     backend_or_skip("openvino")
-    from tuner.inputs.space import SPACES_DIR
     path = os.path.join(SPACES_DIR, space)
     one = load_problem(demo_path, space_path=path, shapes=[ONE_SET_SHAPES])
     assert one.space.param("static_shapes").type == "bool"
@@ -116,3 +118,15 @@ def test_one_set_hashes_its_data_as_before_and_weights_are_part_of_a_workloads(d
     assert a.data_hash != b.data_hash and a.data_hash != one.data_hash
     with pytest.raises(UserError, match="--ref-outputs"):
         load_problem(demo_path, data="d.npz", ref_outputs="r.npz", shapes=WORKLOAD)
+
+
+def test_an_engine_that_cannot_run_one_set_fails_with_that_set_named(demo_path, tmp_path):
+    backend_or_skip("openvino")
+    problem = load_problem(demo_path, space_path=os.path.join(SPACES_DIR, "openvino-cpu.yaml"), shapes=WORKLOAD)
+    # static_shapes is not offered with two sets; built anyway, the engine is reshaped to the first set's shapes
+    config = config_from_sets(problem, []) | {"static_shapes": True}
+    with pytest.raises(RuntimeError, match=r"^at x=4x64x256: "):  # its accuracy check
+        build_checked(problem, config, str(tmp_path / "static"))
+    built = build_checked(problem, config, str(tmp_path / "unchecked"), check=False)
+    with pytest.raises(TrialFailure, match=r"^candidate at x=4x64x256 process: "):  # its timing
+        measure_built(built, problem_shapes(problem), None, LatencyProtocol(max_seconds=0.5))

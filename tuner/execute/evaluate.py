@@ -98,7 +98,13 @@ def accuracy_within(problem: Problem, engine: Engine, limit_ms: float | None,
     baseline's run it is made of is at that set's shapes); a slow run there ends the whole check."""
     per_case, tables, slow_ms = [], [], None
     for i, case in enumerate(problem.cases):
-        outputs, slow_ms = _run_batches(engine, case.batches, limit_ms if i == 0 else None, clock)
+        try:
+            outputs, slow_ms = _run_batches(engine, case.batches, limit_ms if i == 0 else None, clock)
+        except Exception as exc:
+            if not problem.several_shapes:
+                raise
+            # which set of the workload it cannot run is the news (the trial's fail reason says it)
+            raise RuntimeError(f"at {case.label}: {type(exc).__name__}: {exc}") from exc
         refs = ensure_reference(problem, i)[:len(outputs)]
         if problem.spec.ref_outputs and outputs:
             check_against_engine(outputs[0], refs[0], problem.spec.ref_outputs)

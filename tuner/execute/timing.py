@@ -225,7 +225,8 @@ def measure_built(built: Built, shapes: list[TimedShape], baselines: list[Baseli
     for i, shape in enumerate(shapes):
         if len(shapes) > 1:
             on_phase(f"timing at {shape.label}")
-        with start(built.backend, built.engine_dir, shape.batch, label="candidate") as candidate:
+        label = f"candidate at {shape.label}" if len(shapes) > 1 else "candidate"
+        with start(built.backend, built.engine_dir, shape.batch, label=label) as candidate:
             timings.append(time_trial(candidate, baselines[i] if baselines else None, built.device, protocol,
                                       on_phase, when_busy, study, band if len(shapes) == 1 else None,
                                       give_up_above, wait_quiet))
