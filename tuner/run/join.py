@@ -12,7 +12,7 @@ from ..inputs.data import refs_hash, refs_part
 from ..inputs.model import model_hash
 from ..inputs.space import SPACES_DIR
 from ..measure.machine import fingerprint, machine_id, same_machine
-from ..problem.spec import Problem
+from ..problem.spec import LoadedSpec, Problem, ProblemSpec
 from ..search.samplers import make_sampler
 from ..search.settings import SETTINGS_ATTR, StudySettings, allowed_metrics, check_data, check_metrics, file_hash
 from ..search.study import StudyContext, load_existing, stored_settings
@@ -72,31 +72,31 @@ def join_study(url: str, name: str, worker: int = 0, model: str | None = None, d
                space: str | None = None, calib_data: str | None = None,
                allow_other_machine: bool = False,
                allow_metrics: Iterable[str] | None = None,
-               ref_outputs: str | None = None) -> tuple[StudyContext, bool]:
+               ref_outputs: str | None = None, loaded: LoadedSpec | None = None) -> tuple[StudyContext, bool]:
     """(the study with local paths and this machine, whether this machine differs from the study's).
     Nothing is written to the study. allow_metrics: the user metrics this worker's command line allows
     (`tuner worker --allow-metric`, or the allowance of the `tuner tune` that started a local worker); None:
     checked already in this process, so only their files' hashes are checked again here. model, data, space,
-    calib_data, ref_outputs: the study's files where this host has them elsewhere (None: the stored path)."""
+    calib_data, ref_outputs: the study's files where this host has them elsewhere (None: the stored path). loaded:
+    the problem as the process that started this worker loaded it (a local --jobs worker: the same host and files),
+    trusted: its requirement and space are used and the model is not hashed again (the paths stay the stored ones)."""
     study = load_existing(check_study_name(name), open_storage(url, create=False))
     if study is None:
         raise UserError(f"no study {name!r} in {url}; create it first: tuner tune MODEL.onnx --study {name} --storage URL")
-    settings = stored_settings(study, load_user_metrics=False)  # its user metrics: check_metrics, below
+    # its user metrics: check_metrics, below
+    settings = stored_settings(study, load_user_metrics=False, requirement=loaded.requirement if loaded else None)
     if settings is None:
         raise UserError(f"study {name!r} was not made by engine-tuner (no {SETTINGS_ATTR}); create it with tuner tune")
     if settings.rankings_for is None:  # created, its analysis not finished: the params it ranks do not exist yet
         raise UserError(f"study {name!r} is still in its per-layer analysis (or was stopped during it: `tuner tune "
                         f"--study {name}` resumes it); start workers once its trials have begun")
     settings = check_metrics(name, settings, None if allow_metrics is None else allowed_metrics(allow_metrics))
-    local = {"model_path": _localized(name, settings, "model_path", model, "model", "--model", "model_hash", model_hash),
-             "space_path": _localized(name, settings, "space_path", space, "space file", "--space", "space_hash",
-                                      file_hash),
-             "data": _localized(name, settings, "data", data, "validation data", "--data"),
-             "calib_data": _localized(name, settings, "calib_data", calib_data, "calibration data", "--calib-data"),
-             "ref_outputs": _localized(name, settings, "ref_outputs", ref_outputs, "reference outputs",
-                                       "--ref-outputs")}
-    settings = replace(settings, spec=replace(settings.spec, **local))
-    problem = settings.spec.load(settings.requirement)
+    if loaded is not None:
+        problem = loaded.load()
+        settings = replace(settings, spec=loaded.spec)
+    else:
+        settings = replace(settings, spec=_local_spec(name, settings, model, data, space, calib_data, ref_outputs))
+        problem = settings.spec.load(settings.requirement)
     _check_ref_outputs(name, settings, problem)
     check_data(name, settings, problem.data_hash)
     here = this_machine(problem.space)
@@ -111,3 +111,16 @@ def join_study(url: str, name: str, worker: int = 0, model: str | None = None, d
     settings = replace(settings, study_machine=settings.machine, machine=here)
     study.sampler = make_sampler(settings, problem.space, worker=worker)
     return StudyContext(study, settings, problem, url), other
+
+
+def _local_spec(name: str, settings: StudySettings, model: str | None, data: str | None, space: str | None,
+                calib_data: str | None, ref_outputs: str | None) -> ProblemSpec:
+    """The study's spec with this host's files (the given paths, else the stored ones), their hashes checked."""
+    local = {"model_path": _localized(name, settings, "model_path", model, "model", "--model", "model_hash", model_hash),
+             "space_path": _localized(name, settings, "space_path", space, "space file", "--space", "space_hash",
+                                      file_hash),
+             "data": _localized(name, settings, "data", data, "validation data", "--data"),
+             "calib_data": _localized(name, settings, "calib_data", calib_data, "calibration data", "--calib-data"),
+             "ref_outputs": _localized(name, settings, "ref_outputs", ref_outputs, "reference outputs",
+                                       "--ref-outputs")}
+    return replace(settings.spec, **local)

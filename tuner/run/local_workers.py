@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 from ..errors import GATE, TrialFailure, install_stops
 from ..execute.jobs import Evaluator
 from ..execute.orphans import end_with_parent
-from ..measure.requirement import Requirement
+from ..problem.spec import LoadedSpec
 from ..search.enqueue import baseline_config
 from ..search.objective import Objective
 from ..search.record import WORKER
@@ -115,14 +115,16 @@ def trial_loop(ctx: StudyContext, opts: TuneOptions, budget: Budget, callbacks: 
         evaluator.close()
 
 
-def _worker_main(url: str, study: str, opts: TuneOptions, index: int, budget: Budget, done: mp.Queue) -> None:
+def _worker_main(url: str, study: str, opts: TuneOptions, index: int, budget: Budget, done: mp.Queue,
+                 loaded: LoadedSpec) -> None:
+    """loaded: the problem as the tuning process loaded it, trusted (no requirement parsed, no model hashed, no
+    space checked again here); its requirement is also what the user's command allowed, not what the database names
+    now (it may have been rewritten since)."""
     end_with_parent(mp.parent_process().pid)  # a worker never outlives the tuning process, even one killed by kill -9
     install_stops()
     try:
-        # what the user's command allowed, not what the database names now (it may have been rewritten since)
-        allowed = allowed_metrics(opts.allow_metrics, Requirement.parse(opts.require, load_user_metrics=False)
-                                  if opts.require else None)  # names only: join_study checks them
-        ctx, _ = join_study(url, study, worker=index, allow_metrics=allowed)
+        allowed = allowed_metrics(opts.allow_metrics, loaded.requirement)  # names only: join_study checks them
+        ctx, _ = join_study(url, study, worker=index, allow_metrics=allowed, loaded=loaded)
         trial_loop(ctx, opts, budget, [lambda s, t: done.put(("trial", t.number))])
     except KeyboardInterrupt:
         pass  # the trial it ran is already failed with its reason
@@ -135,7 +137,8 @@ def run_parallel(ctx: StudyContext, opts: TuneOptions, jobs: int, budget: Budget
     Returns the errors of workers that could not run. The calling thread starts the workers and waits
     for them here: their parent-death signal (tuner.execute.orphans) follows that thread, which outlives them."""
     done: mp.Queue = _SPAWN.Queue()
-    procs = [_SPAWN.Process(target=_worker_main, args=(ctx.url, ctx.study.study_name, opts, i, budget, done))
+    procs = [_SPAWN.Process(target=_worker_main, args=(ctx.url, ctx.study.study_name, opts, i, budget, done,
+                                                       ctx.problem.loaded))
              for i in range(jobs)]
     for p in procs:
         p.start()

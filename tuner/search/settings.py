@@ -93,13 +93,16 @@ class StudySettings:
         return out
 
     @classmethod
-    def from_attrs(cls, attrs: dict, load_user_metrics: bool = True) -> StudySettings:
+    def from_attrs(cls, attrs: dict, load_user_metrics: bool = True,
+                   requirement: Requirement | None = None) -> StudySettings:
         """A stored study's settings, schema 1 or 2. load_user_metrics=False: a report reads the stored
-        requirement without importing the user's metric modules."""
+        requirement without importing the user's metric modules. requirement: the parent's, parsed already (a
+        local worker's LoadedSpec), used instead of parsing the stored text."""
         if attrs.get("schema", 1) > SCHEMA:
             raise UserError(f"this study was written by a newer engine-tuner (settings schema {attrs['schema']}, "
                             f"this one reads up to {SCHEMA}): pip install -U engine-tuner")
-        requirement = Requirement.parse(attrs.get("require") or "", load_user_metrics)
+        if requirement is None:
+            requirement = Requirement.parse(attrs.get("require") or "", load_user_metrics)
         spec = ProblemSpec(**{k: attrs.get(k) for k in SPEC_KEYS}, require=str(requirement))
         own = {f.name for f in fields(cls)} - {"spec", "requirement"}
         kept = {k: v for k, v in attrs.items() if k in own and v is not None}

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 import optuna
 
 from ..errors import UserError
+from ..measure.requirement import Requirement
 from ..problem.spec import Problem
 from .choices import Timing
 from .samplers import make_sampler, sampler_options
@@ -61,10 +62,12 @@ def load_existing(name: str, storage) -> optuna.Study | None:
         return None
 
 
-def stored_settings(study: optuna.Study | None, load_user_metrics: bool = True) -> StudySettings | None:
-    """The study's settings; None for no study, or one engine-tuner did not make."""
+def stored_settings(study: optuna.Study | None, load_user_metrics: bool = True,
+                    requirement: Requirement | None = None) -> StudySettings | None:
+    """The study's settings; None for no study, or one engine-tuner did not make. requirement: parsed already
+    (StudySettings.from_attrs)."""
     attrs = study.user_attrs.get(SETTINGS_ATTR) if study is not None else None
-    return StudySettings.from_attrs(attrs, load_user_metrics) if attrs else None
+    return StudySettings.from_attrs(attrs, load_user_metrics, requirement) if attrs else None
 
 
 def create_or_resume(name: str, storage, study: optuna.Study | None, settings: StudySettings, problem: Problem,
