@@ -61,9 +61,13 @@ def test_the_default_space_finds_the_planted_float_set(planted_study):
     assert settings["encoding"] == {"keep_float": "sensitivity"}  # auto, with 32 candidates
     ranking = settings["rankings"]["keep_float"]
     cut = sorted(ranking["order"][:ranking["cut"]])
-    # chosen by error alone (CLEARLY_SLOWER off): per-channel weights, the lowest (0.0122 against 0.0129)
-    assert [r["chosen"] for r in ranking["variants"]] == [False, True, False, False]
-    assert ranking["variants"][1]["options"]["dyn_per_channel"] is True and cut == PLANTED
+    # chosen by error alone (CLEARLY_SLOWER off): the lowest error, the first of equals. Which one that is depends on
+    # the CPU's int8 kernels: per-channel weights on AVX-512 VNNI (0.0122 against 0.0129), per-tensor on AVX2 only,
+    # where per-channel saturates (0.435)
+    errors = [r["error"] for r in ranking["variants"]]
+    lowest = errors.index(min(errors))
+    assert [r["chosen"] for r in ranking["variants"]] == [i == lowest for i in range(len(errors))], errors
+    assert cut == PLANTED
     # one float and one all-quantized run, then a few confirming builds: the variants' 4 and about 10, not 70
     assert ranking["method"] == "activations" and ranking["analysis_builds"] <= 20, ranking["analysis_builds"]
     found = [t for t in result.study.trials if is_feasible(t) and sorted(t.user_attrs["config"].get("keep_float", [])) == cut]
