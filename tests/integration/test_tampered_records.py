@@ -23,7 +23,7 @@ def made(tmp_path_factory, demo_path):
     from tuner.cli.main import main  # run_cli needs capsys, which a module's fixture has not
 
     code = main(["tune", demo_path, "--study", "s", "--storage", f"sqlite:///{tmp}/made.db", "--space", SMALL,
-                 "--shape", "x=2x64x256", "--n-trials", "3", "--max-timing-s", "0.3", "--quiet", "--top-k", "1"])
+                 "--shape", "x=2x64x256", "--n-trials", "3", "--max-timing-s", "1", "--quiet", "--top-k", "1"])
     assert code == 0
     with sqlite3.connect(tmp / "made.db") as db:
         (winner,) = db.execute("SELECT value_json FROM study_user_attributes WHERE key='winner'").fetchone()

@@ -18,7 +18,7 @@ from tuner.search.trials import speed_key
 from tuner.store.storage import load_study
 
 SMALL = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")
-FAST = ["--space", SMALL, "--max-timing-s", "0.3", "--quiet"]
+FAST = ["--space", SMALL, "--max-timing-s", "1", "--quiet"]
 
 
 def _run(argv, capsys) -> tuple[int, str, str]:
