@@ -266,8 +266,8 @@ class Evaluator:
         log_path: where the children's own output goes (the study's trials log); None: the terminal."""
         # what each job gets: a LoadedSpec as the parent made it, or a spec's fields (its child checks them)
         self.spec = spec if isinstance(spec, LoadedSpec) else asdict(spec) if isinstance(spec, ProblemSpec) else dict(spec)
-        fields_of = asdict(spec.spec) if isinstance(spec, LoadedSpec) else self.spec
-        self.in_flight = fields_of.get("in_flight") or 1  # requests in flight in each timed run (--throughput)
+        in_flight = spec.spec.in_flight if isinstance(spec, LoadedSpec) else self.spec.get("in_flight")
+        self.in_flight = in_flight or 1  # requests in flight in each timed run (--throughput)
         self.study = study
         self.timeout_s = timeout_s
         self.protocol = protocol

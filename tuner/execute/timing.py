@@ -24,7 +24,7 @@ from ..measure.guard import BaselineBand, guard_record
 from ..measure.latency import LatencyProtocol, LatencyStats
 from ..measure.load import Load, LoadMeter, wait_until_quiet, with_processes
 from ..measure.paired import SLOW_RUN, measure_alone, measure_paired, relative_to, stopped_at, time_blocks
-from ..measure.workload import weighted_relative, weighted_stats
+from ..measure.workload import weighted_mean, weighted_relative, weighted_stats
 from ..problem.spec import Problem
 from ..search.record import ShapeFigure, TrialRecord
 from ..store.locks import timing_lock
@@ -362,9 +362,13 @@ def alone_ratio(candidate: AloneFigure, baseline: AloneFigure, resamples: int = 
 
 def alone_record(candidate: AloneFigure, baseline: AloneFigure) -> dict:
     """What a study and verify store of the deployment check: both figures and the ratio with its interval."""
-    ratio, lo, hi = alone_ratio(candidate, baseline)
-    return {"winner": candidate.to_dict(), "baseline": baseline.to_dict(), "ratio": ratio, "ci_low": lo, "ci_high": hi,
-            "speedup": 1.0 / ratio, "speedup_low": 1.0 / hi, "speedup_high": 1.0 / lo}
+    return {"winner": candidate.to_dict(), "baseline": baseline.to_dict()} | _ratio_record(*alone_ratio(candidate, baseline))
+
+
+def _ratio_record(ratio: float, lo: float, hi: float) -> dict:
+    """A deployment check's ratio with its interval, and the same as speedups."""
+    return {"ratio": ratio, "ci_low": lo, "ci_high": hi, "speedup": 1.0 / ratio, "speedup_low": 1.0 / hi,
+            "speedup_high": 1.0 / lo}
 
 
 def deployed_over(saved: tuple[tuple[str, str], tuple[str, str]], shapes: list[TimedShape], device: str,
@@ -382,7 +386,5 @@ def deployed_over(saved: tuple[tuple[str, str], tuple[str, str]], shapes: list[T
     if len(records) == 1:
         return records[0]
     w = [s.weight for s in shapes]
-    ratio, lo, hi = (sum(r[k] * x for r, x in zip(records, w)) for k in ("ratio", "ci_low", "ci_high"))
-    return {"ratio": ratio, "ci_low": lo, "ci_high": hi, "speedup": 1.0 / ratio, "speedup_low": 1.0 / hi,
-            "speedup_high": 1.0 / lo,
-            "workload": [r | {"shapes": s.label, "weight": s.weight} for r, s in zip(records, shapes)]}
+    return (_ratio_record(*(weighted_mean([r[k] for r in records], w) for k in ("ratio", "ci_low", "ci_high")))
+            | {"workload": [r | {"shapes": s.label, "weight": s.weight} for r, s in zip(records, shapes)]})

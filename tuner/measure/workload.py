@@ -10,7 +10,8 @@ from .latency import LatencyStats
 from .paired import RelativeLatency
 
 
-def _mean(values: Sequence[float], weights: Sequence[float]) -> float:
+def weighted_mean(values: Sequence[float], weights: Sequence[float]) -> float:
+    """Σ value x weight / Σ weight."""
     return float(sum(v * w for v, w in zip(values, weights)) / sum(weights))
 
 
@@ -18,7 +19,7 @@ def weighted_stats(stats: Sequence[LatencyStats], weights: Sequence[float]) -> L
     """The mean latency of a request of the workload: each field the weighted mean of the sets' (counts summed)."""
     if len(stats) == 1:
         return stats[0]
-    field = lambda name: _mean([getattr(s, name) for s in stats], weights)  # noqa: E731
+    field = lambda name: weighted_mean([getattr(s, name) for s in stats], weights)  # noqa: E731
     return LatencyStats(field("median_ms"), field("p10_ms"), field("p90_ms"), field("mean_ms"), field("std_ms"),
                         sum(s.count for s in stats), field("ci_low_ms"), field("ci_high_ms"),
                         all(s.converged for s in stats))
@@ -30,6 +31,7 @@ def weighted_relative(rels: Sequence[RelativeLatency], weights: Sequence[float])
     Converged where every set converged; stopped as the first set that stopped."""
     if len(rels) == 1:
         return rels[0]
-    return RelativeLatency(_mean([r.ratio for r in rels], weights), _mean([r.ci_low for r in rels], weights),
-                           _mean([r.ci_high for r in rels], weights), min(r.rounds for r in rels),
+    return RelativeLatency(weighted_mean([r.ratio for r in rels], weights),
+                           weighted_mean([r.ci_low for r in rels], weights),
+                           weighted_mean([r.ci_high for r in rels], weights), min(r.rounds for r in rels),
                            all(r.converged for r in rels), next((r.stopped for r in rels if r.stopped), None))

@@ -93,9 +93,11 @@ def serving_every_shape(space: Space, backends: dict) -> tuple[Space, list[str]]
     dropped = []
     for p in list(space.params):
         values = [False, True] if p.type == "bool" else list(p.choices or [])
-        mine = [backends[n] for n in space.backends_of(p.when) if n in backends]
-        fixing = {repr(v): why for v in values for b in mine
-                  if (why := b.fixes_shapes({p.key: v})) and not all(b.fixes_shapes({p.key: u}) for u in values)}
+        fixing: dict[str, str] = {}
+        for b in (backends[n] for n in space.backends_of(p.when) if n in backends):
+            reasons = {repr(v): b.fixes_shapes({p.key: v}) for v in values}
+            if not all(reasons.values()):  # some values fix the shapes and some do not: a choice to drop
+                fixing |= {v: why for v, why in reasons.items() if why}
         if not fixing:
             continue
         keep = [v for v in values if repr(v) not in fixing]
