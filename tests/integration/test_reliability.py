@@ -55,6 +55,14 @@ def stall(outputs, refs, inputs):
 """
 
 
+# Put on the tuner's PYTHONPATH: the analysis ranks layers even where int8 reads no faster than fp32
+# (tests/integration/test_sensitivity.py patches the same gate in-process).
+RANK_ALWAYS = """\
+import tuner.analysis.rankings as rankings
+rankings.NOT_FASTER = float("inf")
+"""
+
+
 @pytest.fixture
 def work(tmp_path, demo_path):
     (tmp_path / "small.yaml").write_text(SMALL_SPACE)
@@ -200,6 +208,10 @@ def test_a_kill_during_the_analysis_is_resumed_by_the_documented_command(work, d
     SIGKILL in the middle of the per-layer analysis, `tuner tune --study NAME` (no model) resumes it, and no
     build measured before the kill is measured again (each keeps its exact figures)."""
     (work / "ranked.yaml").write_text(open(os.path.join(SPACES_DIR, "onnxruntime-cpu-sensitivity.yaml")).read())
+    # The layers are ranked whatever int8's timing against fp32 (on an AVX2-only CPU under load the gate can
+    # read int8 as no faster and rank nothing, leaving no analysis to kill): the tuner's processes import this
+    # from the work directory, on their PYTHONPATH (env_for).
+    (work / "sitecustomize.py").write_text(RANK_ALWAYS)
     args = ["tune", demo_path, "--study", "k", "--storage", "sqlite:///k.db", "--space", "ranked.yaml",
             "--shape", "x=2x64x256", "--max-timing-s", "0.3", "--quiet", "--no-select", "--n-trials", "2",
             "--require", "cos<=0.0001"]
