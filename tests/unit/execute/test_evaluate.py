@@ -55,6 +55,13 @@ def test_a_slow_first_run_alone_does_not_end_the_check():
     assert slow is None and engine.runs == 5  # 4 batches and the warm retake of the first
 
 
+def test_one_slow_run_later_in_the_check_is_taken_again_and_does_not_end_it():
+    clock = FakeClock()
+    engine = SlowEngine(clock, 0.5, 0.5, 5.0, 0.5)  # the third batch's run lost its core once
+    slow = accuracy_within(_problem(), engine, 1000.0, clock).slow_ms
+    assert slow is None and engine.runs == 5  # 4 batches and the retake of the third
+
+
 def test_a_slow_run_reads_as_paired_timing_stopped_with_one_run_each():
     cand, base, rel = stopped_at(900.0, 10.0, "slow run")
     assert (cand.median_ms, base.median_ms, rel.ratio, rel.stopped, rel.converged) == (900.0, 10.0, 90.0, "slow run", False)
