@@ -13,9 +13,10 @@ import optuna
 import pytest
 
 from tuner.inputs.space import SPACES_DIR
+from tuner.search.record import WINNER_ATTR
 from tuner.store import artifacts
 from tuner.store.storage import load_study, open_storage
-from tuner.winner.select import WINNER_ATTR, _upload_finalists
+from tuner.winner.select import _upload_finalists
 
 SMALL = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")  # no per-layer analysis: seconds
 

@@ -201,8 +201,10 @@ def test_cli_tune_status_select_export(demo_path, tmp_path, capsys):
     out = captured.out
     assert "winner: trial" in out
     # the closing line: the winner over the space's only runtime's defaults (the baseline), timed side by side
-    assert re.fullmatch(r"winner: \d+\.\d\dx ONNX Runtime's defaults( \(the winner is them\))? \(timed side by side\)",
-                        out.splitlines()[-1]), out.splitlines()[-1]
+    against = [line for line in out.splitlines() if line.startswith("winner against each runtime's defaults: ")]
+    assert len(against) == 1 and re.fullmatch(
+        r"winner against each runtime's defaults: \d+\.\d\dx ONNX Runtime's defaults( \(the winner is them\))? "
+        r"\(timed side by side\)", against[0]), out
     assert re.search(r", computed as (int8 \+ )?fp32 \(ONNX Runtime's optimized graph, level ", out), out  # as run
     assert "finalists, timed side by side (median, p10-p90 of the runs, 95% CI of the median):" in out
     trial0 = [line for line in out.splitlines() if line.startswith("  trial 0 ")]

@@ -13,12 +13,11 @@ from ..measure.requirement import Requirement
 from ..report.profile_table import attribute, by_op, profile_lines, profile_rows
 from ..report.trials_table import sort_rows, table_lines, trial_rows, write_csv
 from ..search.reading import load_checked
-from ..search.record import CONFIG
+from ..search.record import StoredStudy, StoredTrial
 from ..search.settings import SETTINGS_ATTR
 from ..search.study import stored_settings
 from ..search.trials import baseline_trial, best_feasible, latency_of, speedup_of
 from ..store.storage import study_url
-from ..winner.select import WINNER_ATTR
 
 
 def cmd_trials(args) -> int:
@@ -40,13 +39,13 @@ def _profiled_trial(study, number: int | None):
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     if number is not None:
         t = trials.get(number)
-        if t is None or CONFIG not in t.user_attrs:
+        if t is None or not StoredTrial.of(t).has_config:
             raise UserError(f"study {study.study_name!r} has no trial {number} with a config; `tuner trials --study "
                             f"{study.study_name}` lists them")
         return t, f"trial {number}"
-    winner = study.user_attrs.get(WINNER_ATTR)
-    if winner and winner.get("trial") in trials:
-        return trials[winner["trial"]], f"the winner (trial {winner['trial']})"
+    winner = StoredStudy.of(study).winner
+    if winner and winner.trial in trials:
+        return trials[winner.trial], f"the winner (trial {winner.trial})"
     best = best_feasible(study)
     if best is None:
         raise UserError(f"study {study.study_name!r} has no winner and no feasible trial to profile; run `tuner tune` "
@@ -67,7 +66,7 @@ def cmd_profile(args) -> int:
         raise UserError(f"study {args.study!r} has no baseline trial yet (its first trial, the backend's defaults); "
                         f"run `tuner tune --study {args.study}`")
     target, what = _profiled_trial(study, args.trial)
-    configs = [base.user_attrs[CONFIG], target.user_attrs[CONFIG]]
+    configs = [StoredTrial.of(base).config, StoredTrial.of(target).config]
     # profiling checks no accuracy: the requirement (and any user metric it names) is left out
     problem = replace(settings.spec, require=None).load(Requirement(()))
     names = [problem.backend_name(c) for c in configs]
@@ -83,10 +82,10 @@ def cmd_profile(args) -> int:
     if args.by == "op":
         tables = [by_op(t) for t in tables]
     up = speedup_of(target, base)
-    route = (target.user_attrs[CONFIG].get("precision") or "?")
+    route = configs[1].get("precision") or "?"
     print(f"{what}: {route} on {names[1]}" + (f", {up:.2f}x the baseline in the search ({latency_of(target):.3f} ms)"
                                               if up and target.number != base.number else ""))
-    print(f"baseline (trial {base.number}): {base.user_attrs[CONFIG].get('precision') or '?'} on {names[0]}, "
+    print(f"baseline (trial {base.number}): {configs[0].get('precision') or '?'} on {names[0]}, "
           f"{latency_of(base):.3f} ms in the search")
     print(f"per-{'node' if args.by == 'node' else 'op type'} kernel time from the {' and '.join(sorted(set(names)))} "
           f"profiler, median run of each, shape {', '.join(f'{k}={tuple(v)}' for k, v in problem.shapes.items())}; "

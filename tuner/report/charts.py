@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
+from ..search.record import StoredTrial
 from ..search.trials import is_feasible, runtime_defaults_trials
 from .as_run import runtime_name
 from .view import (
@@ -48,10 +49,11 @@ def _route_color(route: str, routes: list[str]) -> str:
 def _hover(view: StudyView, t: FrozenTrial) -> str:
     parts = [f"<b>trial {t.number}</b>", f"latency {view.latency_text(t)}",
              f"{view.primary_metric} {view.error(t):.3g}", "feasible" if is_feasible(t) else "INFEASIBLE"]
-    if t.user_attrs.get("baseline"):
+    rec = StoredTrial.of(t)
+    if rec.baseline:
         parts.append("baseline (backend defaults)")
-    if "reused_from" in t.user_attrs:
-        parts.append(f"same build as trial {t.user_attrs['reused_from']}")
+    if rec.copied:
+        parts.append(f"same build as trial {rec.reused_from}")
     parts += [f"{k}={v}" for k, v in _main_params(t).items()]
     kept = _kept_in_float(t)
     if kept:
@@ -145,10 +147,10 @@ def pareto_figure(study) -> go.Figure:
     # The winner is drawn first and smaller, the baseline hollow and larger on top of it: where they
     # are one trial (nothing beat the defaults), both stay visible.
     winner = view.winner
-    wt = view.trial(winner["trial"]) if winner else None
+    wt = view.trial(winner.trial) if winner else None
     if wt is not None and wt.state == TrialState.COMPLETE:
-        conf = (winner.get("confirmed_latency") or {}).get("median_ms")
-        speed = f", {winner['speedup']:.2f}x baseline" if winner.get("speedup") else ""
+        conf = winner.confirmed_latency.get("median_ms")
+        speed = f", {winner.speedup:.2f}x baseline" if winner.speedup else ""
         fig.add_trace(go.Scatter(
             x=[view.latency(wt)], y=[y_of(wt)], mode="markers", name=f"winner (trial {wt.number})",
             marker={"symbol": "star", "size": 15, "color": "gold", "line": {"width": 1.5, "color": "black"}},
@@ -190,7 +192,7 @@ def confirmed_points(view: StudyView) -> list[tuple[FrozenTrial, float, bool]]:
     the search's figure) per finalist: a search figure timed under load can read far faster or slower than
     the same engine timed beside the others."""
     out = []
-    for f in (view.winner or {}).get("finalists") or []:
+    for f in view.winner.finalists if view.winner else []:
         t = view.trial(f["trial"])
         if t is None or t.state != TrialState.COMPLETE:
             continue
@@ -297,7 +299,7 @@ def history_figure(study) -> go.Figure:
         fig.add_hline(y=view.latency(base), line_dash="dash", line_color="gray",
                       annotation_text=f"baseline {view.latency_text(base)}", annotation_position="top right")
     for t in runtime_defaults_trials(done):  # what a user gets from each other runtime as it comes
-        name = runtime_name(str((t.user_attrs.get("config") or {}).get("backend", "")))
+        name = runtime_name(str(StoredTrial.of(t).config.get("backend", "")))
         fig.add_hline(y=view.latency(t), line_dash="dot", line_color="#2ca02c",
                       annotation_text=f"{name}'s defaults {view.latency_text(t)}", annotation_position="bottom right")
     fig.update_xaxes(title_text="trial number", row=1, col=1)
@@ -408,11 +410,10 @@ def workload_figure(study) -> go.Figure:
     with its 95% interval, as selection timed them side by side."""
     view = StudyView.of(study)
     title = "The winner at each set of the workload's shapes"
-    winner = view.winner or {}
-    sets = winner.get("confirmed_workload")
+    sets = view.winner.confirmed_workload if view.winner else None
     if not sets:
         return note_figure("The study tunes one set of shapes, or has no winner: no per-set figures.", title)
-    rel = winner["confirmed_relative"]
+    rel = view.winner.confirmed_relative
     labels = [f"{f['shapes']} ({100 * f['weight']:.0f}%)" for f in sets] + ["weighted"]
     ratios = [(f["ratio"], f["ci_low"], f["ci_high"]) for f in sets] + [(rel["ratio"], rel["ci_low"], rel["ci_high"])]
     speedups = [1 / r for r, _, _ in ratios]
@@ -430,6 +431,6 @@ def figures(study) -> dict[str, go.Figure]:
     view = StudyView.of(study)
     out = {"pareto": pareto_figure(view), "history": history_figure(view), "importance": importance_figure(view),
            "layers": layer_map_figure(view)}
-    if (view.winner or {}).get("confirmed_workload"):  # a workload of several sets: each set's figure
+    if view.winner and view.winner.confirmed_workload:  # a workload of several sets: each set's figure
         out["workload"] = workload_figure(view)
     return out

@@ -5,6 +5,8 @@ from __future__ import annotations
 from ..measure.latency import MAX_SPREAD, ci_overlap, steady
 from .as_run import runtime_name
 
+FINALISTS_HEAD = "timed side by side (median, p10-p90 of the runs, 95% CI of the median)"
+
 
 def tied_with_winner(winner: dict) -> list[dict]:
     """The other finalists that passed the accuracy re-check and whose 95% interval overlaps the winner's:
@@ -64,13 +66,3 @@ def _simplest_tie_text(winner: dict) -> str:
     return (f"trial {name(winner['trial'])} ties trial {others} within noise (their 95% intervals overlap the "
             f"fastest's{faster}): the simplest of them wins, with {choices(winner['trial'])} choices off the "
             f"defaults ({', '.join(f'trial {n}: {choices(n)}' for n in tie['trials'])})")
-
-
-def finalist_lines(winner: dict) -> list[str]:
-    rows = finalist_rows(winner)
-    if not rows:
-        return []
-    out = ["finalists, timed side by side (median, p10-p90 of the runs, 95% CI of the median):"]
-    out += [f"  {label:10s} {text}" for label, text in rows if label != "tie"]
-    out += [f"tie: {text}" for label, text in rows if label == "tie"]
-    return out

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from optuna.trial import TrialState
 
-from ..search.record import BASELINE, LOCK_WAIT_S
+from ..search.record import StoredTrial
 from ..search.trials import baseline_trial, best_feasible, disturbed, fail_reason, is_feasible, latency_of, speedup_of, was_busy
 
 LINE_WIDTH = 119  # a trial line fits a terminal; the study's log file has every detail
@@ -29,11 +29,12 @@ def _flags(trial) -> str:
     flags = []
     if disturbed(trial):
         flags.append("baseline disturbed")
-    stopped = (trial.user_attrs.get("relative") or {}).get("stopped")
+    rec = StoredTrial.of(trial)
+    stopped = rec.stopped
     if stopped:
         flags.append(f"stopped early: {stopped}")
     if was_busy(trial):
-        flags.append(f"busy machine ({trial.user_attrs['load']['other_cores']:.1f} cores used by others)")
+        flags.append(f"busy machine ({rec.load['other_cores']:.1f} cores used by others)")
     return "".join(f", {f}" for f in flags)
 
 
@@ -41,11 +42,12 @@ def trial_state(trial, base, full: bool = False) -> str:
     """A finished trial as a trial line says it: its speedup over the baseline first ("1.84x", from the
     search: confirmed figures come from selection), milliseconds beside it. full: the whole failure reason."""
     if trial.state == TrialState.COMPLETE:
-        if "reused_from" in trial.user_attrs:
-            return f"reused #{trial.user_attrs['reused_from']:d}"
+        rec = StoredTrial.of(trial)
+        if rec.copied:
+            return f"reused #{rec.reused_from:d}"
         up = speedup_of(trial, base)
         # the baseline against itself reads 1.00x but for noise: it is the unit, not a result
-        speed = "baseline " if trial.user_attrs.get(BASELINE) else f"{up:.2f}x " if up else ""
+        speed = "baseline " if rec.baseline else f"{up:.2f}x " if up else ""
         return (f"{speed}{latency_of(trial):.2f} ms, {'feasible' if is_feasible(trial) else 'infeasible'}"
                 + _flags(trial))
     state = trial.state.name.lower()
@@ -107,7 +109,7 @@ class TrialProgress:
             best_txt = "no feasible yet"
         else:
             up = speedup_of(best, base)
-            best_txt = (f"best: the baseline #{best.number}" if best.user_attrs.get(BASELINE) else
+            best_txt = (f"best: the baseline #{best.number}" if StoredTrial.of(best).baseline else
                         f"best {up:.2f}x #{best.number}" if up else f"best {latency_of(best):.2f} ms #{best.number}")
         busy = sum(1 for t in done if was_busy(t))
         busy_txt = f", {busy} busy" if busy else ""
@@ -133,7 +135,7 @@ class TrialProgress:
 
     def __call__(self, study, trial) -> None:
         self.done += 1
-        self.waited += float(trial.user_attrs.get(LOCK_WAIT_S, 0.0))
+        self.waited += StoredTrial.of(trial).lock_wait_s
         trials = self._trials(study, trial)  # once: every figure of the line from the same moment
         base = baseline_trial(trials)
         text = self.summary(study, trials, base)

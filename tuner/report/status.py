@@ -11,7 +11,8 @@ from ..inputs.user_paths import dir_bytes
 from ..measure.machine import machine_id
 from ..search.failures import learnt_failures
 from ..search.reading import CheckedStudy
-from ..search.settings import SETTINGS_ATTR, readable_settings
+from ..search.record import StoredStudy, StoredTrial
+from ..search.settings import readable_settings
 from ..search.trials import (
     baseline_modes,
     baseline_trial,
@@ -25,19 +26,21 @@ from ..search.trials import (
 from ..store.artifacts import resolve_store
 from ..store.artifacts import usage as artifacts_usage
 from ..store.storage import local_path
-from .as_run import deployed_text, not_deployed_lines, precision_text, serving_text, vs_defaults_text, workload_lines
+from .as_run import precision_text, serving_text
 from .variants import rankings_lines
+from .winner_facts import winner_lines
 
 
 def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) -> list[str]:
     trials = study.get_trials(deepcopy=False)
-    settings = readable_settings(study.user_attrs.get(SETTINGS_ATTR))
+    stored = StoredStudy.of(study)  # the study's attributes, read once
+    settings = readable_settings(stored.settings)
     by_state: dict[str, int] = {}
     for t in trials:
         by_state[t.state.name] = by_state.get(t.state.name, 0) + 1
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     feasible = [t for t in done if is_feasible(t)]
-    reused = sum(1 for t in done if "reused_from" in t.user_attrs)
+    reused = sum(1 for t in done if StoredTrial.of(t).copied)
     lines = [f"study {study.study_name} in {url}",
              f"model {settings.model_path} (hash {settings.model_hash}), requirement {settings.requirement or 'none'}, "
              f"objectives {settings.objectives.value}, sampler {settings.sampler}",
@@ -49,7 +52,7 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
     if busy:
         lines.append(f"warning: {len(busy)} trial(s) were timed while other processes kept the machine busy "
                      f"({', '.join(map(str, busy[:10]))}{' ...' if len(busy) > 10 else ''}): their latencies read slow")
-    for f in learnt_failures(study.user_attrs):
+    for f in learnt_failures(stored.attrs):
         lines.append(f"route that does not build (learnt from trial {f['trial']}, not built again): "
                      f"{f['choice']}: {f['reason']}")
     base, best = baseline_trial(study), best_feasible(study)
@@ -63,30 +66,7 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
         lines.append("best feasible: none - no trial meets the requirement yet")
     if done and len(study.directions) > 1:
         lines.append(f"Pareto set: {len(study.best_trials)} trials")
-    winner = study.user_attrs.get("winner")
-    if winner:
-        ms = winner["confirmed_latency"]["median_ms"]
-        lines.append(f"winner: trial {winner['trial']}, " + (f"{winner['speedup']:.2f}x the baseline ({ms:.2f} ms)"
-                                                             if winner.get("speedup") else f"{ms:.2f} ms")
-                     + ", confirmed side by side, " + precision_text(winner.get("config"), winner.get("precision"))
-                     + (" - chosen while the machine was busy: run tuner select again on a quiet machine"
-                        if (winner.get("load") or {}).get("busy") else ""))
-        lines += workload_lines(winner.get("confirmed_workload"))
-        against = vs_defaults_text(winner)
-        if against:
-            lines.append(f"winner against each runtime's defaults: {against}")
-        deployed = deployed_text(winner.get("deployed"), winner.get("speedup"))
-        if deployed:
-            lines.append(f"winner {deployed}")
-        lines += not_deployed_lines(winner)
-        if winner.get("verify"):
-            v = winner["verify"]
-            lines.append(f"verify: {v['speedup']:.2f}x the defaults, each engine in a fresh process [{v['speedup_low']:.2f}, "
-                         f"{v['speedup_high']:.2f}]" + (" (machine busy)" if v.get("busy") else ""))
-            if v.get("alone"):
-                lines.append(f"verify: {deployed_text(v['alone'], v.get('claimed_speedup'))}")
-    else:
-        lines.append("winner: none selected" + (" (best effort stored)" if study.user_attrs.get("best_effort") else ""))
+    lines += winner_lines(stored, study.study_name)
     modes = baseline_modes(trials)
     if modes:
         lines.append(f"warning: {modes}")
@@ -105,21 +85,23 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
 
 def _precision(t) -> str:
     """The trial's route and what its engine computed in ("precision fp32, computed as bf16 (...)")."""
-    return precision_text(t.user_attrs.get("config"), t.user_attrs.get("precision"))
+    rec = StoredTrial.of(t)
+    return precision_text(rec.config, rec.precision)
 
 
 def machine_lines(trials) -> list[str]:
     """Trials per machine (fingerprint id), with each machine's baseline: speedups compare within one."""
     rows: dict[str, dict] = {}
     for t in trials:
-        fp = t.user_attrs.get("machine")
+        rec = StoredTrial.of(t)
+        fp = rec.machine
         if not fp:
             continue
         row = rows.setdefault(machine_id(fp), {"fp": fp, "states": {}, "workers": set(), "baseline": None})
         row["states"][t.state.name.lower()] = row["states"].get(t.state.name.lower(), 0) + 1
-        if "worker" in t.user_attrs:
-            row["workers"].add(t.user_attrs["worker"].rsplit(":", 1)[0])
-        if t.user_attrs.get("baseline") and t.state == TrialState.COMPLETE and row["baseline"] is None:
+        if rec.worker is not None:
+            row["workers"].add(rec.worker.rsplit(":", 1)[0])
+        if rec.baseline and t.state == TrialState.COMPLETE and row["baseline"] is None:
             row["baseline"] = latency_of(t)
     if not rows:
         return []
@@ -139,10 +121,11 @@ def studies_rows(url: str, storage, disk: Callable[[optuna.Study], str] | None =
     rows = []
     for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
         study = CheckedStudy(optuna.load_study(study_name=s.study_name, storage=storage))
-        settings = readable_settings(study.user_attrs.get(SETTINGS_ATTR))
-        best, winner = best_feasible(study), study.user_attrs.get("winner")
-        if winner and winner.get("speedup"):
-            best_txt = f"winner {winner['speedup']:.2f}x confirmed (trial {winner['trial']})"
+        stored = StoredStudy.of(study)
+        settings = readable_settings(stored.settings)
+        best, winner = best_feasible(study), stored.winner
+        if winner and winner.speedup:
+            best_txt = f"winner {winner.speedup:.2f}x confirmed (trial {winner.trial})"
         elif best:
             up = speedup_of(best, baseline_trial(study))
             best_txt = f"best {up:.2f}x in the search (trial {best.number})" if up else \

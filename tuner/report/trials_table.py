@@ -8,17 +8,13 @@ import math
 
 from optuna.trial import FrozenTrial, TrialState
 
-from ..search.record import BASELINE, REUSED_FROM
+from ..search.record import StoredTrial
 from ..search.trials import (
-    disturbed,
     fail_reason,
     is_feasible,
     latency_of,
-    relative_of,
     speed_key,
     speedup_of,
-    stopped_early,
-    was_busy,
 )
 from .progress import shorten
 from .view import StudyView, float_layers, route_of
@@ -27,7 +23,7 @@ REASON_CHARS = 60
 
 
 def _measured(t: FrozenTrial) -> bool:
-    return t.state == TrialState.COMPLETE and "latency" in t.user_attrs
+    return t.state == TrialState.COMPLETE and StoredTrial.of(t).measured
 
 
 def _why_unmeasured(t: FrozenTrial) -> str:
@@ -37,8 +33,8 @@ def _why_unmeasured(t: FrozenTrial) -> str:
 
 def _backend(view: StudyView, t: FrozenTrial) -> str:
     """The library that built it, with its version where measured ("onnxruntime-1.32.0"), else the config's."""
-    config = t.user_attrs.get("config") or {}
-    return str(t.user_attrs.get("backend") or config.get("backend") or view.settings.backend or "?")
+    rec = StoredTrial.of(t)
+    return str(rec.backend or rec.config.get("backend") or view.settings.backend or "?")
 
 
 def trial_rows(study) -> tuple[StudyView, list[dict]]:
@@ -54,7 +50,7 @@ def trial_rows(study) -> tuple[StudyView, list[dict]]:
             "number": t.number, "state": t.state.name,
             "speedup": up, "ms": latency_of(t) if measured else None, "error": error,
             "feasible": is_feasible(t) if measured else None,
-            "route": route_of(t) if t.user_attrs.get("config") or "precision" in t.params else "",
+            "route": route_of(t) if StoredTrial.of(t).config or "precision" in t.params else "",
             "backend": _backend(view, t), "float_layers": len(float_layers(t)),
             "fail_reason": _why_unmeasured(t), "_trial": t})
     return view, rows
@@ -81,8 +77,8 @@ def table_lines(view: StudyView, rows: list[dict]) -> list[str]:
             f"{'route':22s} {'backend':20s} {'float':>5s}  fail reason")
     lines = [head]
     for r in rows:
-        flags = "".join(f" [{w}]" for w, on in (("baseline", r["_trial"].user_attrs.get(BASELINE)),
-                                                 ("reused", REUSED_FROM in r["_trial"].user_attrs)) if on)
+        rec = StoredTrial.of(r["_trial"])
+        flags = "".join(f" [{w}]" for w, on in (("baseline", rec.baseline), ("reused", rec.copied)) if on)
         feasible = "-" if r["feasible"] is None else "yes" if r["feasible"] else "no"
         speed = f"{r['speedup']:.2f}x" if r["speedup"] else "-"
         lines.append(f"{r['number']:5d}  {r['state'].lower():9s} {speed:>8s} {_fmt(r['ms'], '.3f'):>9s} "
@@ -112,9 +108,9 @@ def csv_columns(view: StudyView, rows: list[dict]) -> tuple[list[str], list[list
     names = view.study.metric_names or [str(i) for i in range(len(view.study.directions))]
     values = [f"values_{n}" for n in names] if len(names) > 1 else ["value"]
     params = sorted({p for t in trials for p in t.params})
-    metrics = sorted({m for t in trials for m in (t.user_attrs.get("metrics") or {})})
-    lat_keys = sorted({k for t in trials for k, v in (t.user_attrs.get("latency") or {}).items()
-                       if not isinstance(v, (list, dict))})
+    recs = {t.number: StoredTrial.of(t) for t in trials}
+    metrics = sorted({m for r in recs.values() for m in r.metrics})
+    lat_keys = sorted({k for r in recs.values() for k, v in (r.latency or {}).items() if not isinstance(v, (list, dict))})
     header = (["number", *values, "datetime_start", "datetime_complete", "duration", *[f"params_{p}" for p in params],
                "state", "constraints", "speedup", "ms", "error_metric", "error", "feasible", "route", "backend",
                "float_layers", "fail_reason", "baseline", "reused_from", "relative", "disturbed", "stopped_early",
@@ -125,14 +121,14 @@ def csv_columns(view: StudyView, rows: list[dict]) -> tuple[list[str], list[list
         t: FrozenTrial = r["_trial"]
         vals = list(t.values) if t.values else [None] * len(values)
         duration = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete and t.datetime_start else None
-        a = t.user_attrs
+        a = recs[t.number]
         row = [t.number, *vals[: len(values)], t.datetime_start, t.datetime_complete, duration,
                *[t.params.get(p) for p in params], t.state.name, getattr(t, "constraints", None),
                r["speedup"], r["ms"], view.primary_metric, r["error"], r["feasible"], r["route"], r["backend"],
-               r["float_layers"], r["fail_reason"], bool(a.get(BASELINE)), a.get(REUSED_FROM), relative_of(t),
-               disturbed(t), stopped_early(t), was_busy(t), a.get("build_s"), a.get("engine_bytes"),
-               *[(a.get("metrics") or {}).get(m) for m in metrics], *[(a.get("latency") or {}).get(k) for k in lat_keys],
-               a.get("config")]
+               r["float_layers"], r["fail_reason"], a.baseline, a.reused_from, a.ratio,
+               a.disturbed, bool(a.stopped), a.busy, a.build_s, a.engine_bytes,
+               *[a.metrics.get(m) for m in metrics], *[(a.latency or {}).get(k) for k in lat_keys],
+               a.config if a.has_config else None]
         out.append([_cell(v) for v in row])
     return header, out
 

@@ -10,20 +10,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..search.failures import learnt_failures
-from ..search.settings import SETTINGS_ATTR, StudySettings, readable_settings
+from ..search.record import StoredStudy, StoredTrial, Winner
+from ..search.settings import StudySettings, readable_settings
 from ..search.trials import baseline_modes, is_feasible, latency_of, relative_of, speedup_of, was_busy, work_line
-from .as_run import (
-    computed_text,
-    deployed_text,
-    float_word,
-    not_deployed_lines,
-    precision_text,
-    serving_text,
-    vs_defaults_text,
-    workload_lines,
-)
-from .finalists import finalist_rows
+from .as_run import computed_text, serving_text
 from .variants import variant_lines
+from .winner_facts import winner_facts
 
 LAYER_PREFIX_SEP = "/"
 
@@ -39,16 +31,16 @@ class StudyView:
     trials: list[FrozenTrial]
     settings: StudySettings
     bounds: list[tuple[str, float]]  # (metric, limit) of the requirement, primary first
-    user_attrs: dict  # the study's, read with the trials
+    stored: StoredStudy  # the study's attributes, read with the trials
 
     @classmethod
     def of(cls, study: optuna.Study | StudyView) -> StudyView:
         if isinstance(study, StudyView):
             return study
-        attrs = study.user_attrs
-        settings = readable_settings(attrs.get(SETTINGS_ATTR))
+        stored = StoredStudy.of(study)
+        settings = readable_settings(stored.settings)
         bounds = [(b.metric, b.limit) for b in settings.requirement.bounds]
-        return cls(study, study.get_trials(deepcopy=False), settings, bounds, attrs)
+        return cls(study, study.get_trials(deepcopy=False), settings, bounds, stored)
 
     @property
     def name(self) -> str:
@@ -71,7 +63,7 @@ class StudyView:
         return [t for t in self.complete if is_feasible(t)]
 
     def error(self, t: FrozenTrial) -> float:
-        metrics = t.user_attrs.get("metrics") or {}
+        metrics = StoredTrial.of(t).metrics
         if self.primary_metric in metrics:
             return float(metrics[self.primary_metric])
         return float(t.values[1]) if t.values and len(t.values) > 1 else float("nan")
@@ -96,18 +88,18 @@ class StudyView:
 
     def latency_text(self, t: FrozenTrial) -> str:
         """A search figure as every output writes it: the speedup over the baseline, milliseconds beside it."""
-        if t.user_attrs.get("baseline"):  # timed against itself it reads 0.93x or 1.07x: noise, not a result
+        if StoredTrial.of(t).baseline:  # timed against itself it reads 0.93x or 1.07x: noise, not a result
             return f"the baseline ({latency_of(t):.3f} ms)"
         up = speedup_of(t, self.baseline)
         return f"{up:.2f}x the baseline ({latency_of(t):.3f} ms)" if up else f"{latency_of(t):.3f} ms"
 
     @property
     def baseline(self) -> FrozenTrial | None:
-        return next((t for t in self.complete if t.user_attrs.get("baseline")), None)
+        return next((t for t in self.complete if StoredTrial.of(t).baseline), None)
 
     @property
-    def winner(self) -> dict | None:
-        return self.user_attrs.get("winner")
+    def winner(self) -> Winner | None:
+        return self.stored.winner
 
     def trial(self, number: int) -> FrozenTrial | None:
         return next((t for t in self.trials if t.number == number), None)
@@ -115,14 +107,15 @@ class StudyView:
 
 def route_of(t: FrozenTrial) -> str:
     """The precision route, with the backend in a study over several ("openvino int8")."""
-    config = t.user_attrs.get("config") or {}
+    config = StoredTrial.of(t).config
     route = str(config.get("precision", t.params.get("precision", "?")))
     return f"{config['backend']} {route}" if "backend" in config else route
 
 
 def _computed(t: FrozenTrial) -> str:
     """", computed as fp32 (...)": what the trial's engine ran, as its runtime said ("" where it did not)."""
-    text = computed_text(t.user_attrs.get("precision"), (t.user_attrs.get("config") or {}).get("precision"))
+    rec = StoredTrial.of(t)
+    text = computed_text(rec.precision, rec.config.get("precision"))
     return f", {text}" if text else ""
 
 
@@ -131,12 +124,12 @@ def _is_layer_param(name: str) -> bool:
 
 
 def _main_params(t: FrozenTrial) -> dict:
-    config = t.user_attrs.get("config") or dict(t.params)
+    config = StoredTrial.of(t).config or dict(t.params)
     return {k: v for k, v in config.items() if not isinstance(v, list) and not _is_layer_param(k)}
 
 
 def _kept_in_float(t: FrozenTrial) -> int:
-    config = t.user_attrs.get("config") or {}
+    config = StoredTrial.of(t).config
     return sum(len(v) for v in config.values() if isinstance(v, list))
 
 
@@ -203,7 +196,7 @@ def _finite(v: float, cap: float = 1e30) -> float:
 def float_layers(t: FrozenTrial) -> list[str]:
     """The model's layers (node names) the trial keeps in float: its config's per-layer lists, however the
     search encoded them (one boolean per node or group, or a ranking's top k)."""
-    config = t.user_attrs.get("config") or {}
+    config = StoredTrial.of(t).config
     return sorted({n for v in config.values() if isinstance(v, list) for n in v})
 
 
@@ -245,7 +238,7 @@ def sensitivity_rows(study) -> list[tuple[str, list[dict], int, str]]:
 
 
 def summary_rows(study) -> list[tuple[str, str]]:
-    """(label, value) rows: settings, trials by state, baseline, winner, speedup, error, tuning time."""
+    """(label, value) rows: settings, trials by state, baseline, the winner (report.winner_facts), tuning time."""
     view = StudyView.of(study)
     s, trials, done = view.settings, view.trials, view.complete
     by_state: dict[str, int] = {}
@@ -272,7 +265,7 @@ def summary_rows(study) -> list[tuple[str, str]]:
         rows.append(("busy machine", f"{len(busy)} trial(s) timed while other processes kept the machine busy "
                                      f"(trials {', '.join(map(str, busy[:12]))}{' ...' if len(busy) > 12 else ''}): "
                                      "their latencies read slow"))
-    for f in learnt_failures(view.user_attrs):
+    for f in learnt_failures(view.stored.attrs):
         rows.append(("route that does not build", f"{f['choice']} (trial {f['trial']}, not built again): {f['reason']}"))
     base = view.baseline
     if base is not None:
@@ -281,54 +274,7 @@ def summary_rows(study) -> list[tuple[str, str]]:
                                  + _computed(base)))
     else:
         rows.append(("baseline", "not measured yet"))
-    winner = view.winner
-    if winner:
-        conf = winner.get("confirmed_latency") or {}
-        metrics = winner.get("confirmed_metrics") or winner.get("metrics") or {}
-        err = metrics.get(view.primary_metric)
-        speed = f"{winner['speedup']:.2f}x the baseline, " if winner.get("speedup") else ""
-        rows.append(("winner", f"trial {winner['trial']}: {speed}confirmed side by side "
-                               f"({conf.get('median_ms', float('nan')):.3f} ms, 95% CI {conf.get('ci_low_ms', float('nan')):.3f}-"
-                               f"{conf.get('ci_high_ms', float('nan')):.3f}), "
-                               + precision_text(winner.get("config"), winner.get("precision"))))
-        base_conf = (winner.get("baseline_latency") or {}).get("median_ms")
-        rows.append(("speedup", f"{winner['speedup']:.2f}x the baseline ({base_conf:.3f} ms, timed side by side)"
-                     if winner.get("speedup") and base_conf else "n/a"))
-        rows += [("speedup per set of shapes", line) for line in workload_lines(winner.get("confirmed_workload"), "")]
-        against = vs_defaults_text(winner)
-        if against:
-            rows.append(("against each runtime's defaults", against))
-        deployed = deployed_text(winner.get("deployed"), winner.get("speedup"))
-        if deployed:
-            rows.append(("deployment check", deployed))
-        rows += [("not the winner", line) for line in not_deployed_lines(winner)]
-        kept = float_layers(view.trial(winner["trial"])) if view.trial(winner["trial"]) else []
-        floats = float_word(winner.get("precision"))
-        here = f" ({floats} here)" if floats and floats != "fp32" else ""
-        rows.append(("winner's float layers", (f"{len(kept)}{here}: " + ", ".join(kept[:24]) + (" ..." if len(kept) > 24 else ""))
-                     if kept else "none: every quantizable layer of its route is quantized (or its route is a float one)"))
-        rows.append(("winner error", f"{view.primary_metric} {err:.3g}" + (
-            f" (limit {view.bounds[0][1]:g})" if view.bounds else "") if err is not None else "n/a"))
-        rows += [(f"finalist {label}" if label != "tie" else "tie within noise", text)
-                 for label, text in finalist_rows(winner)]
-        if (winner.get("load") or {}).get("busy"):
-            rows.append(("selection", f"chosen while other processes used {winner['load']['other_cores']:.1f} cores: "
-                                      "run tuner select again on a quiet machine"))
-        if winner.get("verify"):
-            v = winner["verify"]
-            rows.append(("verify", f"{v['speedup']:.2f}x the defaults, each engine in a fresh process (95% "
-                                   f"{v['speedup_low']:.2f}-{v['speedup_high']:.2f})"
-                                   + (" - machine busy" if v.get("busy") else "")))
-            if v.get("alone"):
-                rows.append(("verify alone", deployed_text(v["alone"], v.get("claimed_speedup"))))
-    else:
-        if "winner" in view.user_attrs:
-            best = view.user_attrs.get("best_effort")
-            rows.append(("winner", "none: no trial meets the requirement" + (
-                f"; closest is trial {best['trial']} (export with --best-effort)" if best else "")))
-        else:
-            rows.append(("winner", "not selected yet (tuner select)"))
-        rows.append(("speedup", "n/a"))
+    rows += [(f.label, f.text) for f in winner_facts(view.stored, view.name, names=True)]
     if feasible:
         best = min(feasible, key=view.latency)
         rows.append(("fastest feasible in the search", f"trial {best.number}: {view.latency_text(best)}, "

@@ -27,14 +27,12 @@ from ..errors import UserError
 from ..measure.latency import LatencyProtocol
 from ..measure.machine import machine_id
 from ..search.enqueue import baseline_params
-from ..search.record import BASELINE, BASELINE_MACHINE, FAIL_REASON, MACHINE, RETRY_OF, WORKER
+from ..search.record import BASELINE, BASELINE_MACHINE, FAIL_REASON, MAX_TRIALS_ATTR, PROTOCOL_ATTR, StoredStudy, StoredTrial
 from ..store import cache
 from ..store.optuna_private import BaseHeartbeat, is_heartbeat_enabled, storage_of, trial_id
 from ..store.proxy_client import GRPC_PREFIX, ProxyClaimLock
 from ..store.storage import heartbeat_options, local_path
 
-MAX_TRIALS_ATTR = "max_trials"
-PROTOCOL_ATTR = "protocol"
 CALIB_PREFIX = "calib/"
 POLL_S = 1.0
 
@@ -130,8 +128,9 @@ def retried_numbers(trials) -> set[int]:
     out: set[int] = set()
     for t in trials:
         out.update(t.system_attrs.get("retry_history", []))
-        if RETRY_OF in t.user_attrs:
-            out.add(t.user_attrs[RETRY_OF])
+        retried = StoredTrial.of(t).retry_of
+        if retried is not None:
+            out.add(retried)
     return out
 
 
@@ -172,7 +171,7 @@ class TrialClaims:
                 optuna.storages.fail_stale_trials(study)
                 fail_unclaimed(study, heartbeat_options()["grace_period"])
                 self.study_attrs = study.user_attrs  # the trial's one read of them (wrap: the calibration ranges)
-                limit = self.study_attrs.get(MAX_TRIALS_ATTR)
+                limit = StoredStudy.of(self.study_attrs).max_trials
                 if limit is None and not self.other_machine:
                     return True  # no study-wide budget: nothing to count
                 trials = study.get_trials(deepcopy=False)
@@ -198,8 +197,9 @@ class TrialClaims:
     def _queue_machine_baseline(self, trials) -> None:
         """Queue this machine's baseline when the queue is empty: the claim lock is held through the
         next ask, which pops the oldest waiting trial, so this worker runs it."""
-        mine = [t for t in trials if t.user_attrs.get(BASELINE) and t.state != TrialState.FAIL
-                and t.user_attrs.get(BASELINE_MACHINE, machine_id(t.user_attrs.get(MACHINE) or {})) == self.mid]
+        recs = [(t, StoredTrial.of(t)) for t in trials]
+        mine = [t for t, r in recs if r.baseline and t.state != TrialState.FAIL
+                and (r.baseline_machine if r.baseline_machine is not None else machine_id(r.machine)) == self.mid]
         if mine or any(t.state == TrialState.WAITING for t in trials):
             return
         self.ctx.study.enqueue_trial(baseline_params(self.ctx), user_attrs={BASELINE: True, BASELINE_MACHINE: self.mid})
@@ -225,7 +225,8 @@ def fail_unclaimed(study: optuna.Study, grace_s: float, now: Callable[[], dateti
     if not isinstance(storage, BaseHeartbeat) or not is_heartbeat_enabled(storage):
         return []  # a local file: tune's run lock finds a dead run instead (run.tune.recover_stale_trials)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if WORKER in t.user_attrs or t.datetime_start is None or (now() - t.datetime_start).total_seconds() <= grace_s:
+        claimed = StoredTrial.of(t).worker is not None  # a worker writes it with the config, before building
+        if claimed or t.datetime_start is None or (now() - t.datetime_start).total_seconds() <= grace_s:
             continue
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
             storage.set_trial_user_attr(trial_id(t), FAIL_REASON, "its worker died as Optuna created it, before "
@@ -272,7 +273,7 @@ def store_run_settings(study: optuna.Study, max_trials: int | None, protocol: La
         if max_trials < 1:
             raise UserError(f"--max-trials {max_trials}: needs at least 1")
         study.set_user_attr(MAX_TRIALS_ATTR, max_trials)
-    if protocol is not None or PROTOCOL_ATTR not in study.user_attrs:
+    if protocol is not None or not StoredStudy.of(study).has_protocol:
         study.set_user_attr(PROTOCOL_ATTR, asdict(protocol) if protocol else None)
 
 

@@ -9,9 +9,10 @@ from ..measure.latency import LatencyProtocol
 from ..measure.machine import machine_id
 from ..problem.spec import print_notes
 from ..report.progress import TrialProgress
+from ..search.record import StoredStudy
 from ..store.optuna_private import storage_of
 from ..store.proxy_client import ProxyLossGuard
-from .claims import MAX_TRIALS_ATTR, PROTOCOL_ATTR, TrialClaims, budget_counts, worker_name
+from .claims import TrialClaims, budget_counts, worker_name
 from .join import join_study
 from .local_workers import Budget, trial_loop
 from .options import TuneOptions, trials_log
@@ -33,11 +34,12 @@ def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float 
                                 allow_metrics=allow_metrics or (), ref_outputs=ref_outputs)
         guard.storage = storage_of(ctx.study)  # its grace period goes in that line
         print_notes(ctx.problem.notes)
-        if n_trials is None and timeout is None and MAX_TRIALS_ATTR not in ctx.study.user_attrs:
+        stored = StoredStudy.of(ctx.study)
+        if n_trials is None and timeout is None and not stored.has_budget:
             raise UserError(f"study {name!r} has no study-wide budget (tuner tune ... --max-trials N); "
                             "give this worker --n-trials N and/or --timeout T")
-        if protocol is None and ctx.study.user_attrs.get(PROTOCOL_ATTR):
-            protocol = LatencyProtocol(**ctx.study.user_attrs[PROTOCOL_ATTR])
+        if protocol is None and stored.protocol:
+            protocol = LatencyProtocol(**stored.protocol)
         opts = TuneOptions(study=name, storage=url, n_trials=n_trials, timeout=timeout, trial_timeout=trial_timeout,
                            protocol=protocol, quiet=quiet, progress=not quiet, keep_engines=keep_engines,
                            when_busy=when_busy, engines_dir=engines_dir or os.path.join(
@@ -49,5 +51,5 @@ def run_worker(url: str, name: str, n_trials: int | None = None, timeout: float 
         trials = ctx.study.get_trials(deepcopy=False)
         finished, running = budget_counts(trials)
         return {"ran": progress.done, "finished": finished, "running": running,
-                "max_trials": ctx.study.user_attrs.get(MAX_TRIALS_ATTR), "other_machine": other,
+                "max_trials": StoredStudy.of(ctx.study).max_trials, "other_machine": other,
                 "machine": machine_id(ctx.settings.machine)}

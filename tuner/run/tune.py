@@ -14,25 +14,15 @@ from optuna.trial import TrialState
 from ..errors import GATE, TrialFailure, UserError
 from ..execute.timing import ALONE_SECONDS
 from ..inputs.user_paths import check_writable_dir
-from ..measure.requirement import Requirement
-from ..report.as_run import (
-    deployed_text,
-    kept_in_float,
-    not_deployed_lines,
-    precision_text,
-    vs_defaults_text,
-    workload_lines,
-)
-from ..report.finalists import finalist_lines
 from ..report.progress import TrialProgress
+from ..report.winner_facts import winner_lines
 from ..search.enqueue import enqueue_defaults, enqueue_float32_defaults, enqueue_found, enqueue_greedy
-from ..search.record import BASELINE, FAIL_REASON, RETRY_OF
+from ..search.record import BASELINE, FAIL_REASON, RETRY_OF, StoredStudy, StoredTrial, Winner
 from ..search.study import StudyContext
 from ..search.trials import (
     baseline_modes,
     baseline_trial,
     best_feasible,
-    completed,
     is_first_look,
     latency_of,
     speedup_of,
@@ -88,9 +78,9 @@ def recover_stale_trials(study: optuna.Study) -> list[int]:
             # calls study.stop when the trial held its last point to visit: an error outside optimize)
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                 storage.set_trial_state_values(trial_id(t), TrialState.FAIL)
-            if RETRY_OF not in t.user_attrs:
-                study.enqueue_trial(t.params, user_attrs={RETRY_OF: t.number} | (
-                    {BASELINE: True} if t.user_attrs.get(BASELINE) else {}))
+            rec = StoredTrial.of(t)
+            if rec.retry_of is None:
+                study.enqueue_trial(t.params, user_attrs={RETRY_OF: t.number} | ({BASELINE: True} if rec.baseline else {}))
     return [t.number for t in stale]
 
 
@@ -173,7 +163,8 @@ def tune_study(opts: TuneOptions) -> TuneResult:
             ctx = analyze_study(ctx, opts, deadline, on_ranking=enqueue_greedy)
         enqueue_found(ctx, opts.enqueue)
         ran += run_trials(ctx, opts, budget, done=ran)
-    winner = ctx.study.user_attrs.get("winner")
+    stored = StoredStudy.of(ctx.study).winner  # a selection before this run's (--no-select)
+    winner = stored.stored if stored is not None else None
     if opts.select:
         # the deployment check's processes time no longer than --max-timing-s, where it is shorter
         alone_s = min(ALONE_SECONDS, opts.protocol.max_seconds) if opts.protocol else ALONE_SECONDS
@@ -191,35 +182,11 @@ def describe_result(result: TuneResult) -> list[str]:
     """The closing lines of `tune` and `select`."""
     study, winner = result.study, result.winner
     trials = study.get_trials(deepcopy=False)  # read once: every line of the same moment
-    lines = []
+    # the winner as handed back (the study's own record where selection has not run in this call)
+    stored = StoredStudy.of(study)
     if winner:
-        lat = winner["confirmed_latency"]
-        speed = f"{winner['speedup']:.2f}x the baseline, " if winner.get("speedup") else ""
-        base = f"; baseline {winner['baseline_latency']['median_ms']:.2f} ms" if winner.get("speedup") else ""
-        named = {b.metric for b in Requirement.parse(winner["requirement"], load_user_metrics=False).bounds}
-        err = ", ".join(f"{k}={v:.3g}" for k, v in winner["confirmed_metrics"].items() if k in named)
-        lines.append(f"winner: trial {winner['trial']}, {speed}confirmed side by side ({lat['median_ms']:.2f} ms "
-                     f"[95% CI {lat['ci_low_ms']:.2f}, {lat['ci_high_ms']:.2f}]{base}), {err or 'no requirement'}")
-        lines += workload_lines(winner.get("confirmed_workload"))
-        backend = f"{winner['config']['backend']}, " if "backend" in winner["config"] else ""
-        precision = winner.get("precision")
-        lines.append(f"{backend}{precision_text(winner['config'], precision)}, "
-                     f"{kept_in_float(len(winner['config'].get('keep_float', [])), precision)}")
-        load = winner.get("load") or {}
-        if load.get("busy"):
-            lines.append(f"warning: the winner was chosen while other processes used {load['other_cores']:.1f} cores; "
-                         f"run `tuner select --study {study.study_name}` again on a quiet machine")
-        lines += finalist_lines(winner)
-        deployed = deployed_text(winner.get("deployed"), winner.get("speedup"))
-        if deployed:
-            lines.append(f"winner {deployed}")
-        lines += not_deployed_lines(winner)
-    elif study.user_attrs.get("winner", False) is None:  # selection ran and found nothing feasible
-        best = study.user_attrs.get("best_effort")
-        lines.append(("no trial meets the requirement" if completed(trials) else "no winner: no trial completed") + (
-            f"; closest: trial {best['trial']} (violations {best['violations']}), export it with --best-effort" if best else ""))
-    else:
-        lines.append(f"no winner selected yet: tuner select --study {study.study_name}")
+        stored = replace(stored, winner=Winner.from_attrs(winner), selected=True)
+    lines = winner_lines(stored, study.study_name)
     bf = best_feasible(trials)
     if bf is not None and (not winner or bf.number != winner["trial"]):
         up = speedup_of(bf, baseline_trial(trials))
@@ -232,7 +199,4 @@ def describe_result(result: TuneResult) -> list[str]:
     if busy:
         lines.append(f"warning: {busy} trial(s) were timed while other processes kept the machine busy "
                      f"(tuner status --study {study.study_name} lists them; --when-busy wait holds timings back)")
-    against = vs_defaults_text(winner) if winner else ""
-    if against:  # last: what the search added over running each installed runtime as it comes
-        lines.append(f"winner: {against}")
     return lines

@@ -10,6 +10,7 @@ import optuna
 
 from ..errors import UserError
 from ..inputs.space import Space
+from ..search.record import StoredStudy, StoredTrial
 from ..search.settings import StudySettings
 from ..search.study import stored_settings
 from ..search.trials import completed, is_feasible, speed_key
@@ -48,11 +49,12 @@ def warm_start(text: str, settings: StudySettings, space: Space) -> WarmStart:
 def _top_trials(study: optuna.Study) -> list:
     """The other study's winner, then its fastest feasible trials: one per distinct build."""
     feasible = sorted((t for t in completed(study) if is_feasible(t)), key=speed_key)
-    winner = (study.user_attrs.get("winner") or {}).get("trial")
+    won = StoredStudy.of(study).winner
+    winner = won.trial if won else None
     feasible.sort(key=lambda t: t.number != winner)  # stable: the winner first, the rest by speed
     seen, out = set(), []
     for t in feasible:
-        key = t.user_attrs.get("build_key")
+        key = StoredTrial.of(t).build_key
         if key not in seen:
             seen.add(key)
             out.append(t)

@@ -10,7 +10,7 @@ from ..errors import GATE, UserError
 from ..inputs.configs import defaults_chooser, normalize, parse_set, trial_params
 from ..inputs.space import BACKEND, Space
 from ..problem.spec import Problem
-from .record import BASELINE, ENQUEUED
+from .record import BASELINE, ENQUEUED, StoredStudy, StoredTrial
 from .settings import StudySettings
 from .study import StudyContext
 from .trials import FLOAT32_DEFAULTS, is_feasible, is_runtime_defaults
@@ -72,13 +72,13 @@ def enqueue_defaults(ctx: StudyContext) -> None:
     study, problem = ctx.study, ctx.problem
     grid = ctx.settings.sampler == "grid"
     rankings = ctx.settings.rankings
-    if not study.user_attrs.get(BASELINE_ENQUEUED):
+    if not StoredStudy.of(study).marked(BASELINE_ENQUEUED):
         with GATE.deferred():  # queued and marked, or neither (a resume would queue it twice)
             study.enqueue_trial(baseline_params(ctx), user_attrs={BASELINE: True})
             study.set_user_attr(BASELINE_ENQUEUED, True)
     chooser = problem.space.param(BACKEND)
     for backend in chooser.choices if chooser is not None else []:
-        if backend != chooser.default and not study.user_attrs.get(f"defaults_enqueued/{backend}"):
+        if backend != chooser.default and not StoredStudy.of(study).marked(f"defaults_enqueued/{backend}"):
             with GATE.deferred():
                 study.enqueue_trial(params_for(problem.space, problem.graph_nodes, {BACKEND: backend}, grid,
                                                rankings), user_attrs={ENQUEUED: f"{backend} defaults"})
@@ -97,11 +97,12 @@ def enqueue_float32_defaults(ctx: StudyContext) -> int:
     multi = problem.space.param(BACKEND) is not None
     queued = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if not is_runtime_defaults(t) or is_feasible(t) or "config" not in t.user_attrs:
+        rec = StoredTrial.of(t)
+        if not is_runtime_defaults(t) or is_feasible(t) or not rec.has_config:
             continue
-        backend = problem.backend_name(t.user_attrs["config"])
+        backend = problem.backend_name(rec.config)
         done = f"float32_enqueued/{backend}"
-        if study.user_attrs.get(done):
+        if StoredStudy.of(study).marked(done):
             continue
         params = params_for(problem.space, problem.graph_nodes, {BACKEND: backend} if multi else {}, grid, rankings,
                             by_key=get_backend(backend).float32)
@@ -130,7 +131,7 @@ def enqueue_greedy(ctx: StudyContext) -> None:
     grid = ctx.settings.sampler == "grid"
     rankings = ctx.settings.rankings
     for name, r in (rankings or {}).items():
-        if r["greedy_feasible"] and not study.user_attrs.get(f"greedy_enqueued/{r['table_key']}"):
+        if r["greedy_feasible"] and not StoredStudy.of(study).marked(f"greedy_enqueued/{r['table_key']}"):
             route_param, _ = problem.space.route_param(next(o for o in problem.space.overrides if o.name == name))
             values = {route_param: r["route"]["precision"], f"{name}/top_k": r["cut"]}
             if BACKEND in r["route"]:

@@ -17,11 +17,11 @@ from ..measure.guard import BaselineBand
 from ..measure.machine import same_machine
 from .attrs import write_trial
 from .failures import BUILD_CONSTRAINT, KNOWN_FAILURE, is_deterministic, is_timing_timeout, known_failure, record_failure
-from .record import BUILD_KEY, CONFIG, FAIL_REASON, LOCK_WAIT_S, MACHINE, REUSED_FROM, TrialRecord
+from .record import BUILD_KEY, CONFIG, FAIL_REASON, LOCK_WAIT_S, MACHINE, REUSED_FROM, StoredTrial, TrialRecord
 from .samplers import grid_space
 from .settings import StudySettings
 from .study import StudyContext
-from .trials import disturbed, is_feasible, is_trusted, relative_of, trials_of_this_trial
+from .trials import is_feasible, is_trusted, relative_of, trials_of_this_trial
 
 GIVE_UP = 1.5  # a candidate known to be this much slower than the best feasible so far is not timed on
 
@@ -36,10 +36,10 @@ class CandidateEvaluator(Protocol):
 def baseline_band(trials: list, machine: dict) -> BaselineBand | None:
     """The band of the baseline windows of the study's paired trials on this machine, disturbed ones and
     those of a slow run (one baseline run, not a window) left out."""
-    medians = [t.user_attrs["baseline_latency"]["median_ms"] for t in trials
-               if t.user_attrs.get("baseline_latency") and not t.user_attrs.get(REUSED_FROM) and not disturbed(t)
-               and (t.user_attrs.get("relative") or {}).get("stopped") != "slow run"
-               and same_machine(t.user_attrs.get(MACHINE) or {}, machine)]
+    recs = [StoredTrial.of(t) for t in trials]
+    medians = [r.baseline_latency["median_ms"] for r in recs
+               if r.baseline_latency and not r.copied and not r.disturbed and r.stopped != "slow run"
+               and same_machine(r.machine, machine)]
     return BaselineBand.from_history(medians)
 
 
@@ -88,7 +88,8 @@ class Objective:
         done = trials_of_this_trial(ctx.study, (TrialState.COMPLETE,))  # the read the sampler made for this trial
         prior = self._completed_with(done, key, trial.number)
         if prior is not None:
-            reused = {REUSED_FROM: prior.user_attrs.get(REUSED_FROM, prior.number)}
+            first = StoredTrial.of(prior).reused_from
+            reused = {REUSED_FROM: prior.number if first is None else first}
             return self._report(trial, TrialRecord.from_trial(prior).copied(), reused)
         choice = route_choice(ctx.problem.space, config)
         study_attrs = ctx.study.user_attrs  # one read for both lookups
@@ -137,7 +138,7 @@ class Objective:
     def _completed_with(self, done: list, key: str, number: int):
         for t in done:
             # a latency measured on another machine is no measurement for this one
-            if t.user_attrs.get(BUILD_KEY) == key and t.number != number and same_machine(
-                    t.user_attrs.get(MACHINE) or {}, self.ctx.settings.machine):
+            rec = StoredTrial.of(t)
+            if rec.build_key == key and t.number != number and same_machine(rec.machine, self.ctx.settings.machine):
                 return t
         return None

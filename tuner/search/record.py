@@ -27,6 +27,10 @@ LOCK_WAIT_S = "lock_wait_s"  # seconds the trial waited for another study's timi
 # What selection stores in the study: the confirmed winner, or the closest candidate where none is feasible.
 WINNER_ATTR = "winner"
 BEST_EFFORT_ATTR = "best_effort"
+# What the study stores for workers that join it (`tuner worker`): the study-wide budget and the timing protocol.
+MAX_TRIALS_ATTR = "max_trials"
+PROTOCOL_ATTR = "protocol"
+SETTINGS_ATTR = "tuner_settings"  # search.settings.StudySettings, as stored
 
 
 @dataclass
@@ -121,6 +125,163 @@ class TrialRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class StoredTrial:
+    """A trial as it was stored, read once from its user attrs: the measurement (TrialRecord's fields) and the
+    marks the search and the run code set beside it (BASELINE, REUSED_FROM, ...). The one reader of a trial's
+    attributes: every other module asks this record (StoredTrial.of(trial)). An attribute the trial lacks reads
+    as None, a dict one as {} where a reader treats both alike (config, metrics, machine)."""
+
+    config: dict[str, Any]
+    latency: dict[str, Any] | None
+    metrics: dict[str, float]
+    violations: dict[str, float] | None
+    relative: dict[str, Any] | None
+    baseline_latency: dict[str, Any] | None
+    baseline_guard: dict[str, Any] | None
+    load: dict[str, Any] | None
+    precision: dict[str, Any] | None
+    processes: dict[str, int] | None
+    workload: list[dict[str, Any]] | None
+    backend: str | None
+    build_s: float | None
+    engine_bytes: int | None
+    engine_dir: str | None
+    machine: dict[str, Any]
+    build_key: str | None
+    baseline: bool  # the runtime's defaults every ratio is read against (trial 0, each other machine's first)
+    baseline_machine: str | None
+    reused_from: int | None
+    fail_reason: str | None
+    retry_of: int | None
+    enqueued: str | None  # why the trial was queued: "greedy", "<backend> defaults", "warm start 2", ...
+    worker: str | None
+    lock_wait_s: float
+    known_failure: dict[str, Any] | None
+    has_config: bool  # the trial stored its config (the objective does before building)
+
+    @classmethod
+    def of(cls, trial) -> StoredTrial:
+        """The record of a trial (a FrozenTrial, or anything with user_attrs)."""
+        a = trial.user_attrs
+        return cls(
+            config=a.get(CONFIG) or {}, latency=a.get("latency"), metrics=a.get("metrics") or {},
+            violations=a.get("violations"), relative=a.get("relative"), baseline_latency=a.get("baseline_latency"),
+            baseline_guard=a.get("baseline_guard"), load=a.get("load"), precision=a.get("precision"),
+            processes=a.get("processes"), workload=a.get("workload"), backend=a.get("backend"),
+            build_s=a.get("build_s"), engine_bytes=a.get("engine_bytes"), engine_dir=a.get("engine_dir"),
+            machine=a.get(MACHINE) or {}, build_key=a.get(BUILD_KEY),
+            baseline=bool(a.get(BASELINE)), baseline_machine=a.get(BASELINE_MACHINE), reused_from=a.get(REUSED_FROM),
+            fail_reason=a.get(FAIL_REASON), retry_of=a.get(RETRY_OF), enqueued=a.get(ENQUEUED), worker=a.get(WORKER),
+            lock_wait_s=float(a.get(LOCK_WAIT_S, 0.0)), known_failure=a.get(KNOWN_FAILURE), has_config=CONFIG in a)
+
+    @property
+    def measured(self) -> bool:
+        return self.latency is not None
+
+    @property
+    def median_ms(self) -> float:
+        """The absolute median latency; infinite for a trial that measured nothing."""
+        return float((self.latency or {}).get("median_ms", float("inf")))
+
+    @property
+    def ratio(self) -> float | None:
+        """Candidate / baseline timed in the same window (paired timing), or None for a trial timed alone."""
+        return float(self.relative["ratio"]) if self.relative else None
+
+    @property
+    def stopped(self) -> str | None:
+        """Why its timing stopped early ("overrun", "slow run", ...), or None."""
+        return (self.relative or {}).get("stopped")
+
+    @property
+    def disturbed(self) -> bool:
+        return bool((self.baseline_guard or {}).get("disturbed"))
+
+    @property
+    def busy(self) -> bool:
+        return bool((self.load or {}).get("busy"))
+
+    @property
+    def baseline_pid(self) -> int | None:
+        """The process that timed the baseline beside it (paired timing)."""
+        return (self.processes or {}).get("baseline")
+
+    @property
+    def copied(self) -> bool:
+        """Its measurement is another trial's (the same build): not a timing of its own."""
+        return self.reused_from is not None
+
+
+@dataclass(frozen=True)
+class Winner:
+    """The winner selection confirmed (tuner.winner.select), as stored in the study (WINNER_ATTR): the fields
+    every view reads, typed; `stored` is the whole record, for the parts one view reads (the finalists, the
+    tie, the runtimes' defaults: report/finalists.py, report/as_run.py)."""
+
+    trial: int
+    config: dict[str, Any]
+    requirement: str
+    confirmed_latency: dict[str, Any]  # LatencyStats.to_dict() of the side-by-side timing
+    confirmed_metrics: dict[str, float]
+    confirmed_relative: dict[str, Any] | None  # RelativeLatency.to_dict() against the baseline, side by side
+    speedup: float | None  # over the baseline, side by side; None without a baseline
+    baseline_latency: dict[str, Any] | None
+    precision: dict[str, Any] | None  # what the engine computed in, as its runtime said
+    confirmed_workload: list[dict[str, Any]] | None  # ShapeFigure dicts, a workload of several sets
+    load: dict[str, Any] | None
+    deployed: dict[str, Any] | None  # the deployment check: each engine alone in fresh processes
+    verify: dict[str, Any] | None  # `tuner verify`'s figures, once it ran
+    finalists: list[dict[str, Any]]  # each finalist's side-by-side figures (report/finalists.py)
+    stored: dict[str, Any]
+
+    @classmethod
+    def from_attrs(cls, d: dict[str, Any]) -> Winner:
+        return cls(trial=d["trial"], config=d.get("config") or {}, requirement=d.get("requirement") or "",
+                   confirmed_latency=d.get("confirmed_latency") or d.get("latency") or {},
+                   confirmed_metrics=d.get("confirmed_metrics") or d.get("metrics") or {},
+                   confirmed_relative=d.get("confirmed_relative"), speedup=d.get("speedup"),
+                   baseline_latency=d.get("baseline_latency"), precision=d.get("precision"),
+                   confirmed_workload=d.get("confirmed_workload"), load=d.get("load"), deployed=d.get("deployed"),
+                   verify=d.get("verify"), finalists=d.get("finalists") or [], stored=d)
+
+    @property
+    def busy(self) -> bool:
+        """Chosen while other processes kept the machine busy."""
+        return bool((self.load or {}).get("busy"))
+
+
+@dataclass(frozen=True)
+class StoredStudy:
+    """A study's own attributes as engine-tuner stores them, read once (StoredStudy.of(study)): the one reader
+    of them, as StoredTrial is of a trial's. The artifact store's record is its own module's
+    (tuner.store.artifacts, a layer below)."""
+
+    winner: Winner | None
+    selected: bool  # selection ran: a winner, or None stored where nothing was feasible
+    best_effort: dict[str, Any] | None  # the closest candidate where nothing was feasible
+    settings: dict[str, Any] | None  # StudySettings as stored (search.settings reads it)
+    max_trials: int | None
+    protocol: dict[str, Any] | None  # LatencyProtocol as a dict, for workers that join
+    has_budget: bool  # MAX_TRIALS_ATTR was stored (None where the run had no study-wide budget)
+    has_protocol: bool
+    attrs: dict[str, Any]  # all of them: the marks (marked) and the learnt failures (search.failures)
+
+    @classmethod
+    def of(cls, study) -> StoredStudy:
+        """The attributes of a study (an optuna.Study), or a dict of them read already."""
+        a = study if isinstance(study, dict) else study.user_attrs
+        w = a.get(WINNER_ATTR)
+        return cls(winner=Winner.from_attrs(w) if w else None, selected=WINNER_ATTR in a,
+                   best_effort=a.get(BEST_EFFORT_ATTR), settings=a.get(SETTINGS_ATTR), max_trials=a.get(MAX_TRIALS_ATTR),
+                   protocol=a.get(PROTOCOL_ATTR), has_budget=MAX_TRIALS_ATTR in a, has_protocol=PROTOCOL_ATTR in a,
+                   attrs=a)
+
+    def marked(self, key: str) -> bool:
+        """A once-per-study step done (search.enqueue's "baseline_enqueued", "greedy_enqueued/<table>", ...)."""
+        return bool(self.attrs.get(key))
 
 
 # The stored type of each trial attribute the readers use: TrialRecord's fields (its plain-dict fields by the

@@ -27,7 +27,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..store.optuna_private import LazyRandomState, storage_of, stored_trials, study_id, trial_id
-from .record import FAIL_REASON, RETRY_OF
+from .record import StoredTrial
 from .trials import trials_of_this_trial
 
 # The end of the fail reason of a trial that a stop (Ctrl-C, SIGTERM: search.objective.Objective) or the
@@ -43,13 +43,13 @@ def new_seed() -> int:
 
 def is_lost(trial: FrozenTrial) -> bool:
     """A trial that a stop or a death ended, before its config had a result (by its fail reason)."""
-    return trial.state == TrialState.FAIL and str(trial.user_attrs.get(FAIL_REASON) or "").endswith(LOST)
+    return trial.state == TrialState.FAIL and str(StoredTrial.of(trial).fail_reason or "").endswith(LOST)
 
 
 def retry_of(trial: FrozenTrial) -> int | None:
     """The number of the trial this one retries: the tuner's retry of a config a killed process left running,
     or Optuna's (a database server's heartbeat failed the trial of a dead worker, with no reason stored)."""
-    number = trial.user_attrs.get(RETRY_OF)
+    number = StoredTrial.of(trial).retry_of
     # what RetryHeartbeatStaleTrialCallback.retried_trial_number reads (experimental: a warning per call)
     return number if number is not None else trial.system_attrs.get("failed_trial")
 

@@ -21,8 +21,8 @@ from ..measure.metric_source import locate_metric, source_hash, split_spec
 from ..measure.requirement import Requirement
 from ..problem.spec import ProblemSpec, check_in_flight
 from .choices import SAMPLERS, Objectives, Timing, values
+from .record import SETTINGS_ATTR  # noqa: F401  (read from here by the readers of settings)
 
-SETTINGS_ATTR = "tuner_settings"
 # 2: StudySettings (flat, with "schema"); 1: the untyped dict before it, with a second copy of the problem
 # spec under "spec" (from_attrs reads both: the keys are the same).
 SCHEMA = 2

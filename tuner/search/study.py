@@ -11,9 +11,10 @@ from ..errors import UserError
 from ..measure.requirement import Requirement
 from ..problem.spec import Problem
 from .choices import Timing
+from .record import SETTINGS_ATTR, StoredStudy
 from .samplers import make_sampler, sampler_options
 from .seeding import new_seed
-from .settings import SETTINGS_ATTR, StudySettings
+from .settings import StudySettings
 
 # The objective values, in the order Objectives names them; under paired timing the first is a ratio.
 METRIC_NAMES = {Timing.ALONE: ("latency_ms", "error"), Timing.PAIRED: ("latency_relative_to_baseline", "error")}
@@ -49,7 +50,7 @@ def wait_for_settings(name: str, storage, timeout_s: float = 120.0, clock=time.m
     deadline = clock() + timeout_s
     while clock() < deadline:
         study = load_existing(name, storage)
-        if study is not None and study.user_attrs.get(SETTINGS_ATTR):
+        if study is not None and StoredStudy.of(study).settings:
             return
         sleep(0.2)
 
@@ -66,7 +67,7 @@ def stored_settings(study: optuna.Study | None, load_user_metrics: bool = True,
                     requirement: Requirement | None = None) -> StudySettings | None:
     """The study's settings; None for no study, or one engine-tuner did not make. requirement: parsed already
     (StudySettings.from_attrs)."""
-    attrs = study.user_attrs.get(SETTINGS_ATTR) if study is not None else None
+    attrs = StoredStudy.of(study).settings if study is not None else None
     return StudySettings.from_attrs(attrs, load_user_metrics, requirement) if attrs else None
 
 

@@ -7,8 +7,7 @@ from optuna.trial import TrialState
 
 from ..errors import EXIT_ALL_FAILED, EXIT_NONE_FEASIBLE
 from ..store.optuna_private import cached_trials
-from .failures import KNOWN_FAILURE
-from .record import BASELINE, ENQUEUED, FAIL_REASON, REUSED_FROM
+from .record import StoredTrial
 
 
 def trials_of_this_trial(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list:
@@ -25,13 +24,12 @@ def is_feasible(t) -> bool:
 
 def latency_of(t) -> float:
     """The absolute median latency (ms) the trial measured."""
-    return float(t.user_attrs.get("latency", {}).get("median_ms", float("inf")))
+    return StoredTrial.of(t).median_ms
 
 
 def relative_of(t) -> float | None:
     """Candidate / baseline timed in the same window (paired timing), or None for a trial timed alone."""
-    rel = t.user_attrs.get("relative")
-    return float(rel["ratio"]) if rel else None
+    return StoredTrial.of(t).ratio
 
 
 def speed_key(t) -> float:
@@ -51,12 +49,12 @@ def speedup_of(t, base) -> float | None:
 def disturbed(t) -> bool:
     """The baseline's window fell outside the study's band (measure/guard.py): the ratio was not read from a
     fair window, and the trial is scored against the baseline's history instead."""
-    return bool((t.user_attrs.get("baseline_guard") or {}).get("disturbed"))
+    return StoredTrial.of(t).disturbed
 
 
 def stopped_early(t) -> bool:
     """Its timing stopped once it could not win (measure/paired.py): a bound, not a converged ratio."""
-    return bool((t.user_attrs.get("relative") or {}).get("stopped"))
+    return bool(StoredTrial.of(t).stopped)
 
 
 def is_trusted(t) -> bool:
@@ -66,7 +64,7 @@ def is_trusted(t) -> bool:
 
 def was_busy(t) -> bool:
     """Timed while other processes kept the machine busy (tuner.measure.load)."""
-    return bool((t.user_attrs.get("load") or {}).get("busy"))
+    return StoredTrial.of(t).busy
 
 
 def fail_reason(t) -> str:
@@ -75,10 +73,10 @@ def fail_reason(t) -> str:
     a build); "" for a completed trial or one with neither."""
     if t.state == TrialState.COMPLETE:
         return ""
-    reason = t.user_attrs.get(FAIL_REASON)
-    if reason:
-        return " ".join(str(reason).split())
-    seen = t.user_attrs.get(KNOWN_FAILURE)
+    rec = StoredTrial.of(t)
+    if rec.fail_reason:
+        return " ".join(str(rec.fail_reason).split())
+    seen = rec.known_failure
     if seen:
         return f"route failed in trial {seen.get('trial')}: {seen.get('reason', '')}"
     return ""
@@ -93,7 +91,7 @@ def completed(study: optuna.Study | list) -> list:
 
 
 def baseline_trial(study: optuna.Study | list):
-    return next((t for t in completed(study) if t.user_attrs.get(BASELINE)), None)
+    return next((t for t in completed(study) if StoredTrial.of(t).baseline), None)
 
 
 FLOAT32_DEFAULTS = " defaults in float32"  # ENQUEUED of a runtime's defaults with its float32 settings
@@ -101,18 +99,19 @@ FLOAT32_DEFAULTS = " defaults in float32"  # ENQUEUED of a runtime's defaults wi
 
 def is_runtime_defaults(t) -> bool:
     """A trial of a runtime's own defaults: the baseline, or another backend's (queued as "<backend> defaults")."""
-    return bool(t.user_attrs.get(BASELINE)) or str(t.user_attrs.get(ENQUEUED, "")).endswith(" defaults")
+    rec = StoredTrial.of(t)
+    return rec.baseline or str(rec.enqueued or "").endswith(" defaults")
 
 
 def is_first_look(t) -> bool:
     """A trial run before the analysis: a runtime's defaults, or its defaults in float32 (search.enqueue)."""
-    return is_runtime_defaults(t) or str(t.user_attrs.get(ENQUEUED, "")).endswith(FLOAT32_DEFAULTS)
+    return is_runtime_defaults(t) or str(StoredTrial.of(t).enqueued or "").endswith(FLOAT32_DEFAULTS)
 
 
 def runtime_defaults_trials(trials: list) -> list:
     """The completed trials of the other runtimes' own defaults, the baseline's runtime left out."""
     return [t for t in trials if t.state == TrialState.COMPLETE and is_runtime_defaults(t)
-            and not t.user_attrs.get(BASELINE) and not t.user_attrs.get(REUSED_FROM)]
+            and not StoredTrial.of(t).baseline and not StoredTrial.of(t).copied]
 
 
 def best_feasible(study: optuna.Study | list):
@@ -128,7 +127,7 @@ def study_outcome(study: optuna.Study) -> tuple[int, str | None]:
     failed = [t for t in trials if t.state == TrialState.FAIL]
     ended = [t for t in trials if t.state in (TrialState.FAIL, TrialState.PRUNED)]  # pruned: a known failure reused
     if not done and failed:
-        reason = " ".join(str(failed[0].user_attrs.get(FAIL_REASON, "no reason stored")).split())
+        reason = " ".join(str(StoredTrial.of(failed[0]).fail_reason or "no reason stored").split())
         return EXIT_ALL_FAILED, (f"every trial failed ({len(ended)}); the first: "
                                  f"{reason[:150] + '...' if len(reason) > 150 else reason}; `tuner status` lists them")
     if done and not any(is_feasible(t) for t in done):
@@ -169,10 +168,9 @@ def baseline_modes(trials: list) -> str:
     slowest window. From each trial's own window (copies of another trial's measurement left out)."""
     windows: dict[int, list[float]] = {}
     for t in trials:
-        pid = (t.user_attrs.get("processes") or {}).get("baseline")
-        base = t.user_attrs.get("baseline_latency")
-        if pid is not None and base and not t.user_attrs.get(REUSED_FROM):
-            windows.setdefault(pid, []).append(float(base["median_ms"]))
+        rec = StoredTrial.of(t)
+        if rec.baseline_pid is not None and rec.baseline_latency and not rec.copied:
+            windows.setdefault(rec.baseline_pid, []).append(float(rec.baseline_latency["median_ms"]))
     if len(windows) < 2:
         return ""
     medians = {pid: float(np.median(w)) for pid, w in windows.items()}

@@ -26,7 +26,6 @@ from typing import Any, BinaryIO
 import optuna
 from optuna.artifacts import download_artifact, upload_artifact
 from optuna.artifacts.exceptions import ArtifactNotFound
-from optuna.trial import TrialState
 
 from ..errors import UserError
 from ..inputs.user_paths import dir_bytes
@@ -117,10 +116,17 @@ def default_folder(study_file: str, study: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(study_file)), f"{study}-artifacts")
 
 
+def _store_record(study: optuna.Study) -> dict:
+    """The study's artifact-store record ({"url": ..., "keep": ...}); {} where none is stored (or another tool
+    stored something else under its name). This module's own attribute: search.record reads the rest."""
+    stored = study.user_attrs.get(STORE_ATTR)
+    return stored if isinstance(stored, dict) else {}
+
+
 def resolve_store(study: optuna.Study, url: str | None = None) -> StoreRef | None:
     """The study's artifact store: url (--artifacts on this command), else the one `given` for this
     tune, else the stored one, else the folder beside its file; None for a database server without one."""
-    url = url or (study.user_attrs.get(STORE_ATTR) or {}).get("url")
+    url = url or _store_record(study).get("url")
     if url:
         return StoreRef(normalize_url(url))
     path = storage_file(study)
@@ -130,8 +136,8 @@ def resolve_store(study: optuna.Study, url: str | None = None) -> StoreRef | Non
 def stored_keep(study: optuna.Study) -> str | None:
     """The study's --keep-artifacts; None where none is stored. A study stored before the choice: "all"
     where it kept every engine (keep_all), else "finalists", what selection kept then."""
-    stored = study.user_attrs.get(STORE_ATTR)
-    if not isinstance(stored, dict) or not stored:
+    stored = _store_record(study)
+    if not stored:
         return None
     if isinstance(stored.get("keep"), str):
         return stored["keep"]
@@ -141,7 +147,7 @@ def stored_keep(study: optuna.Study) -> str | None:
 def remember_store(study: optuna.Study, url: str | None, keep: str) -> StoreRef | None:
     """resolve_store for a command that uploads (tune, select): an --artifacts given is stored in the
     study, so export and status on other hosts find it; so is what the store keeps (--keep-artifacts)."""
-    stored = study.user_attrs.get(STORE_ATTR) or {}
+    stored = _store_record(study)
     want = {"url": normalize_url(url) if url else stored.get("url"), "keep": keep}
     if want != {"url": stored.get("url"), "keep": stored.get("keep")}:
         study.set_user_attr(STORE_ATTR, want)
@@ -249,16 +255,16 @@ def drop_selection_engines(study: optuna.Study, store: StoreRef | None, keep_all
     return remove_engines(study, store, records) if records else 0
 
 
-def upload_kept_engines(study: optuna.Study, store: StoreRef) -> list[dict]:
-    """Trials tuned with --keep-engines whose engine folder is on this host and not uploaded yet: each
-    uploaded as it was timed (source "trial"). Returns the new records."""
+def upload_kept_engines(study: optuna.Study, store: StoreRef, kept: dict[int, str | None]) -> list[dict]:
+    """Trials tuned with --keep-engines (kept: trial number -> the engine folder it stored, read by the caller
+    from the trial records) whose folder is on this host and not uploaded yet: each uploaded as it was timed
+    (source "trial"). Returns the new records."""
     done = {r["trial"] for r in engine_records(study) if r.get("source") == TRIAL}
     out = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        kept = t.user_attrs.get("engine_dir")
-        if t.number in done or not kept or not os.path.isdir(kept) or not os.listdir(kept):
+    for number, folder in sorted(kept.items()):
+        if number in done or not folder or not os.path.isdir(folder) or not os.listdir(folder):
             continue
-        out.append(upload_engine(study, store, kept, t.number, TRIAL))
+        out.append(upload_engine(study, store, folder, number, TRIAL))
     return out
 
 

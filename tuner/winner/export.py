@@ -18,9 +18,9 @@ from ..inputs.model import shape_text
 from ..problem.spec import Problem
 from ..report.as_run import deployed_text, precision_text, vs_defaults_text
 from ..search.reading import CheckedStudy
+from ..search.record import StoredStudy
 from ..store.artifacts import check_files, engine_of, fetch_engine, note, resolve_store
 from .export_files import check_out_dir, install, staging_dir
-from .select import BEST_EFFORT_ATTR, WINNER_ATTR
 
 
 def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effort: bool = False,
@@ -30,14 +30,15 @@ def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effo
     report.json: the engine that was timed, from the artifact store (`artifacts`: --artifacts, else the
     study's), or with `rebuild` (or no artifact of it: said in one line) rebuilt from its config.
     out_dir must be new or empty; with force, only what an earlier export wrote is replaced."""
-    chosen = study.user_attrs.get(WINNER_ATTR)
+    stored = StoredStudy.of(study)
+    chosen = stored.winner.stored if stored.winner else None
     kind = "winner"
     if not chosen:
         if not best_effort:
-            hint = " (it has a best-effort candidate: add --best-effort)" if study.user_attrs.get(BEST_EFFORT_ATTR) else ""
+            hint = " (it has a best-effort candidate: add --best-effort)" if stored.best_effort else ""
             raise UserError(f"study {study.study_name!r} has no confirmed winner{hint}; "
                             f"run `tuner select --study {study.study_name}` first")
-        chosen = study.user_attrs.get(BEST_EFFORT_ATTR)
+        chosen = stored.best_effort
         kind = "best-effort (does not meet the requirement)"
         if not chosen:
             raise UserError(f"study {study.study_name!r} has no completed trial to export")

@@ -23,8 +23,8 @@ from ..inputs.configs import defaults_chooser, normalize
 from ..inputs.space import BACKEND, Space
 from ..problem.spec import Problem
 from ..search.choices import DEFAULT_KEEP_ARTIFACTS
-from ..search.record import BEST_EFFORT_ATTR, BUILD_KEY, CONFIG, WINNER_ATTR  # noqa: F401  (read from here by winner/ and the CLI)
-from ..search.settings import SETTINGS_ATTR, readable_settings
+from ..search.record import BEST_EFFORT_ATTR, WINNER_ATTR, StoredStudy, StoredTrial
+from ..search.settings import readable_settings
 from ..search.trials import baseline_trial, closest_candidate, is_feasible, is_trusted, speed_key
 from ..store.artifacts import (
     SELECTION,
@@ -45,7 +45,7 @@ def top_candidates(study: optuna.Study, k: int) -> list:
     feasible = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                 if is_feasible(t) and is_trusted(t)]
     for t in sorted(feasible, key=speed_key):
-        key = t.user_attrs.get("build_key")
+        key = StoredTrial.of(t).build_key
         if key in seen:
             continue
         seen.add(key)
@@ -71,7 +71,9 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
         note(f"study {study.study_name!r} is in a database server and has no artifact store: the engines timed in "
              "selection are not kept and export will rebuild the winner (--artifacts DIR_OR_URL keeps them)")
     else:
-        _upload(lambda: upload_kept_engines(study, store), "uploading the kept trial engines")
+        kept = {t.number: StoredTrial.of(t).engine_dir
+                for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+        _upload(lambda: upload_kept_engines(study, store, kept), "uploading the kept trial engines")
     cands = top_candidates(study, top_k)
     base = baseline_trial(study)
     if not cands:
@@ -97,7 +99,7 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
     reference = entries.index(base) if base is not None else 0  # what the speedups are measured against
     with tempfile.TemporaryDirectory(prefix="tuner-finalists-") as saved, \
             Evaluator(problem.loaded, timeout_s, study=study.study_name) as evaluator:
-        confirmed_run = evaluator.confirm([t.user_attrs[CONFIG] for t in entries] + [c for _, c in untried],
+        confirmed_run = evaluator.confirm([StoredTrial.of(t).config for t in entries] + [c for _, c in untried],
                                           reference, rounds=rounds, save_dir=saved)
         winner = _decide(study, problem, cands, base, entries, confirmed_run)
         not_deployed: list[dict] = []
@@ -153,16 +155,16 @@ def runtime_defaults(study: optuna.Study, problem: Problem, base) -> dict[str, t
     queued as "<backend> defaults")."""
     space = problem.space
     several = space.param(BACKEND) is not None
-    rankings = readable_settings(study.user_attrs.get(SETTINGS_ATTR)).rankings
+    rankings = readable_settings(StoredStudy.of(study).settings).rankings
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     out: dict[str, tuple[Any, dict]] = {}
     for name in space.backends:
         config = normalize(space, defaults_chooser({BACKEND: name} if several else {}), problem.graph_nodes, rankings)
-        if base is not None and problem.backend_name(base.user_attrs.get(CONFIG) or {}) == name:
+        if base is not None and problem.backend_name(StoredTrial.of(base).config) == name:
             trial = base
         else:
-            trial = next((t for t in done if t.user_attrs.get(CONFIG) == config), None)
-        out[name] = (trial, trial.user_attrs.get(CONFIG) or config if trial is not None else config)
+            trial = next((t for t in done if StoredTrial.of(t).has_config and StoredTrial.of(t).config == config), None)
+        out[name] = (trial, (StoredTrial.of(trial).config or config) if trial is not None else config)
     return out
 
 
@@ -210,15 +212,15 @@ def _decide(study: optuna.Study, problem: Problem, cands: list, base, entries: l
     if not confirmed:
         study.set_user_attr(BEST_EFFORT_ATTR, _summary(cands[0]) | {"note": "failed the accuracy re-check"})
         return None
-    choices = {f.number: choices_off_defaults(f.params, f.user_attrs.get(CONFIG) or {}, problem.space) for f, _ in confirmed}
+    choices = {f.number: choices_off_defaults(f.params, StoredTrial.of(f).config, problem.space) for f, _ in confirmed}
     pick, tied = simplest_among_ties([{"trial": f.number, "relative": ratio[f.number], "choices": choices[f.number]}
                                       for f, _ in confirmed])
     t, metrics = next((f, m) for f, m in confirmed if f.number == pick["trial"])
     rel = ratio[t.number]
     as_timed = {f.number: r.get("precision") for f, r in built}  # what each engine timed computed in
     winner = _summary(t) | {
-        "precision": as_timed.get(t.number) or t.user_attrs.get("precision"),
-        "baseline_precision": (as_timed.get(base.number) or base.user_attrs.get("precision")) if base is not None else None,
+        "precision": as_timed.get(t.number) or StoredTrial.of(t).precision,
+        "baseline_precision": (as_timed.get(base.number) or StoredTrial.of(base).precision) if base is not None else None,
         "confirmed_latency": stats[t.number],
         "confirmed_relative": rel,
         "confirmed_metrics": metrics,
@@ -234,7 +236,7 @@ def _decide(study: optuna.Study, problem: Problem, cands: list, base, entries: l
         "finalists": sorted(({"trial": f.number, "baseline": base is not None and f.number == base.number,
                               "feasible": bool(r["feasible"]), "relative": ratio[f.number], "process": r.get("process"),
                               "workload": r.get("workload"),
-                              "choices": choices_off_defaults(f.params, f.user_attrs.get(CONFIG) or {}, problem.space)}
+                              "choices": choices_off_defaults(f.params, StoredTrial.of(f).config, problem.space)}
                              | stats[f.number] for f, r in built), key=lambda f: f["relative"]["ratio"]),
         # the finalists that tie the fastest within noise, of which the simplest won (simplest_among_ties)
         "tie": {"fastest": min(confirmed, key=lambda fm: ratio[fm[0].number]["ratio"])[0].number,
@@ -308,7 +310,6 @@ def simplest_among_ties(finalists: list[dict]) -> tuple[dict, list[dict]]:
 
 
 def _summary(t) -> dict:
-    return {"trial": t.number, "config": t.user_attrs.get(CONFIG), "build_key": t.user_attrs.get(BUILD_KEY),
-            "latency": t.user_attrs.get("latency"), "metrics": t.user_attrs.get("metrics"),
-            "violations": t.user_attrs.get("violations"), "feasible": is_feasible(t),
-            "precision": t.user_attrs.get("precision")}
+    rec = StoredTrial.of(t)
+    return {"trial": t.number, "config": rec.config, "build_key": rec.build_key, "latency": rec.latency,
+            "metrics": rec.metrics, "violations": rec.violations, "feasible": is_feasible(t), "precision": rec.precision}

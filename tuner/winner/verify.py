@@ -12,9 +12,9 @@ from ..execute.jobs import Evaluator
 from ..measure.latency import LatencyProtocol
 from ..problem.spec import Problem
 from ..report.as_run import deployed_text, workload_lines
-from ..search.record import CONFIG
+from ..search.record import WINNER_ATTR, StoredStudy, StoredTrial
 from ..search.trials import baseline_trial
-from .select import WINNER_ATTR, agrees_with_claim
+from .select import agrees_with_claim
 
 VERIFY_PROTOCOL = LatencyProtocol(max_seconds=30.0, rel_ci=0.01, max_runs=2000)
 
@@ -24,27 +24,27 @@ def verify_winner(study: optuna.Study, problem: Problem, engine_dir: str | None 
     """Re-time the winner (the exported engine in engine_dir, else its config rebuilt) against the
     backend's defaults in a fresh process, in paired blocks; store and return both figures with the
     study's own claim, and how far apart they are."""
-    winner = study.user_attrs.get(WINNER_ATTR)
-    if not winner:
+    won = StoredStudy.of(study).winner
+    if won is None:
         raise UserError(f"study {study.study_name!r} has no confirmed winner to verify; run `tuner select --study "
                         f"{study.study_name}` first")
     base = baseline_trial(study)
     if base is None:
         raise UserError(f"study {study.study_name!r} has no baseline trial to compare the winner with")
     with Evaluator(problem.loaded, timeout_s) as evaluator:
-        got = evaluator.verify(winner["config"], base.user_attrs[CONFIG], engine_dir, backend, VERIFY_PROTOCOL)
+        got = evaluator.verify(won.config, StoredTrial.of(base).config, engine_dir, backend, VERIFY_PROTOCOL)
     rel = got["relative"]
     result = {"speedup": 1.0 / rel["ratio"], "speedup_low": 1.0 / rel["ci_high"], "speedup_high": 1.0 / rel["ci_low"],
               "winner_ms": got["latency"]["median_ms"], "defaults_ms": got["baseline_latency"]["median_ms"],
-              "claimed_speedup": winner.get("speedup"), "busy": got["load"]["busy"], "load": got["load"],
+              "claimed_speedup": won.speedup, "busy": got["load"]["busy"], "load": got["load"],
               "metrics": got["metrics"], "meets_requirement": got["feasible"], "rounds": rel["rounds"],
               "engine": engine_dir or "rebuilt from the winner's config", "verified_at": time.time(),
               "processes": got["processes"], "workload": got.get("workload")}
     if got.get("alone"):
-        result["alone"] = got["alone"] | {"agrees": agrees_with_claim(winner, got["alone"])}
-    if winner.get("speedup"):
-        result["difference"] = result["speedup"] / winner["speedup"] - 1.0
-    study.set_user_attr(WINNER_ATTR, winner | {"verify": result})
+        result["alone"] = got["alone"] | {"agrees": agrees_with_claim(won.stored, got["alone"])}
+    if won.speedup:
+        result["difference"] = result["speedup"] / won.speedup - 1.0
+    study.set_user_attr(WINNER_ATTR, won.stored | {"verify": result})
     return result
 
 

@@ -3,7 +3,7 @@ timing, the winner and the baseline marked, a tie within noise said only when th
 import optuna
 from memory_studies import stats, winner
 
-from tuner.report.finalists import finalist_lines
+from tuner.report.finalists import finalist_rows
 from tuner.run.tune import TuneResult, describe_result
 
 
@@ -28,10 +28,11 @@ def test_tune_and_select_show_the_finalists_and_a_tie_within_noise():
 def test_no_tie_is_claimed_when_the_cis_are_apart():
     finalists = [{"trial": 7, "baseline": False, "feasible": True} | stats(3.00, 0.05),
                  {"trial": 0, "baseline": True, "feasible": True} | stats(3.60, 0.05)]
-    lines = finalist_lines(winner(finalists, 7))
-    assert len(lines) == 3 and not any(line.startswith("tie") for line in lines)
+    rows = finalist_rows(winner(finalists, 7))
+    assert [label for label, _ in rows] == ["trial 7", "trial 0"]
     finalists[1] = finalists[1] | stats(3.04, 0.05)
-    assert "(the baseline)" in finalist_lines(winner(finalists, 7))[-1]
+    label, text = finalist_rows(winner(finalists, 7))[-1]
+    assert label == "tie" and "(the baseline)" in text
 
 
 def test_the_winner_line_shows_the_metrics_the_requirement_names_and_no_other():
@@ -54,9 +55,11 @@ def test_the_closing_lines_say_the_precision_as_run_and_end_against_each_runtime
         "precision": OV_INT8, "vs_defaults": {"onnxruntime": 4.23, "openvino": 1.11},
         "defaults": {"onnxruntime": {"trial": 0, "feasible": True}, "openvino": {"trial": 1, "feasible": True}}}
     lines = describe_result(TuneResult(optuna.create_study(), won, 0))
-    assert lines[1] == ("openvino, precision int8, computed as int8 + bf16 (OpenVINO INFERENCE_PRECISION_HINT bf16; "
-                        "23 of 24 matrix ops quantized), 1 nodes kept in float (bf16 here)")
-    assert lines[-1] == "winner: 1.11x OpenVINO's defaults, 4.23x ONNX Runtime's (timed side by side)"
+    assert lines[0].endswith("openvino, precision int8, computed as int8 + bf16 (OpenVINO INFERENCE_PRECISION_HINT bf16; "
+                             "23 of 24 matrix ops quantized)"), lines[0]
+    assert lines[1] == "  1 nodes kept in float (bf16 here)"
+    assert lines[-1] == ("winner against each runtime's defaults: 1.11x OpenVINO's defaults, 4.23x ONNX Runtime's "
+                         "(timed side by side)")
     assert "(OpenVINO's defaults)" in next(line for line in lines if line.strip().startswith("trial 1 "))
     assert "defaults" not in next(line for line in lines if line.strip().startswith("trial 0 "))  # the baseline says so
 
@@ -64,7 +67,8 @@ def test_the_closing_lines_say_the_precision_as_run_and_end_against_each_runtime
 def test_a_winner_selected_before_says_neither_and_a_runtime_that_failed_says_why():
     finalists = [{"trial": 7, "baseline": False, "feasible": True} | stats(3.00, 0.05)]
     lines = describe_result(TuneResult(optuna.create_study(), winner(finalists, 7), 0))
-    assert lines[1] == "precision int8-dynamic, 0 nodes kept in float" and not lines[-1].startswith("winner: ")
+    assert lines[0].endswith(", cos=0.0001, precision int8-dynamic") and lines[1] == "  0 nodes kept in float"
+    assert not any(line.startswith("winner against") for line in lines)
     from tuner.report.as_run import vs_defaults_text
 
     text = vs_defaults_text({"trial": 1, "vs_defaults": {"openvino": 1.0, "onnxruntime": 0.8},

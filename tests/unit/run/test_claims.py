@@ -23,8 +23,6 @@ from tuner.measure.machine import machine_id
 from tuner.run import claims as claims_mod
 from tuner.run.claims import (
     CALIB_PREFIX,
-    MAX_TRIALS_ATTR,
-    PROTOCOL_ATTR,
     ClaimLock,
     TrialClaims,
     budget_counts,
@@ -35,7 +33,7 @@ from tuner.run.claims import (
     worker_name,
 )
 from tuner.run.local_workers import Budget
-from tuner.search.record import BASELINE, BASELINE_MACHINE, MACHINE, RETRY_OF
+from tuner.search.record import BASELINE, BASELINE_MACHINE, MACHINE, MAX_TRIALS_ATTR, PROTOCOL_ATTR, RETRY_OF
 from tuner.search.settings import StudySettings
 from tuner.store.storage import open_storage
 

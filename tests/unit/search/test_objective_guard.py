@@ -38,6 +38,9 @@ def test_the_band_comes_from_undisturbed_windows_on_this_machine():
     # a slow run's baseline is one run outside the timing lock, not a window: it says nothing of the band
     slow = _trial(4.0, 10.0, relative={"ratio": 4.0, "stopped": "slow run"})
     assert baseline_band(trials + _study(slow).trials, MACHINE).windows == 3
+    # a copy of trial 0's measurement (the baseline's own build sampled again) is no window of its own either
+    copy_of_0 = _trial(1.0, 100.0, reused_from=0)
+    assert baseline_band(trials + _study(copy_of_0).trials, MACHINE).windows == 3
 
 
 def test_give_up_is_past_the_best_trusted_feasible_ratio():
