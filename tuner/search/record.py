@@ -127,55 +127,74 @@ class TrialRecord:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+class _Stored:
+    """One of a trial's stored attributes, read through StoredTrial when asked (not copied at .of: the readers
+    that rank and count trials ask one or two attributes of hundreds of trials, per finished trial). empty: what
+    a missing (or empty) attribute reads as."""
+
+    def __init__(self, key: str, empty: Any = None):
+        self.key, self.empty = key, empty
+
+    def __get__(self, rec: StoredTrial | None, owner: type) -> Any:
+        if rec is None:
+            return self
+        value = rec.attrs.get(self.key)
+        return value if value is not None or self.empty is None else type(self.empty)()
+
+
 class StoredTrial:
-    """A trial as it was stored, read once from its user attrs: the measurement (TrialRecord's fields) and the
-    marks the search and the run code set beside it (BASELINE, REUSED_FROM, ...). The one reader of a trial's
+    """A trial as it was stored, read from its user attrs: the measurement (TrialRecord's fields) and the marks
+    the search and the run code set beside it (BASELINE, REUSED_FROM, ...). The one reader of a trial's
     attributes: every other module asks this record (StoredTrial.of(trial)). An attribute the trial lacks reads
     as None, a dict one as {} where a reader treats both alike (config, metrics, machine)."""
 
-    config: dict[str, Any]
-    latency: dict[str, Any] | None
-    metrics: dict[str, float]
-    violations: dict[str, float] | None
-    relative: dict[str, Any] | None
-    baseline_latency: dict[str, Any] | None
-    baseline_guard: dict[str, Any] | None
-    load: dict[str, Any] | None
-    precision: dict[str, Any] | None
-    processes: dict[str, int] | None
-    workload: list[dict[str, Any]] | None
-    backend: str | None
-    build_s: float | None
-    engine_bytes: int | None
-    engine_dir: str | None
-    machine: dict[str, Any]
-    build_key: str | None
-    baseline: bool  # the runtime's defaults every ratio is read against (trial 0, each other machine's first)
-    baseline_machine: str | None
-    reused_from: int | None
-    fail_reason: str | None
-    retry_of: int | None
-    enqueued: str | None  # why the trial was queued: "greedy", "<backend> defaults", "warm start 2", ...
-    worker: str | None
-    lock_wait_s: float
-    known_failure: dict[str, Any] | None
-    has_config: bool  # the trial stored its config (the objective does before building)
+    __slots__ = ("attrs",)
+    config: dict[str, Any] = _Stored(CONFIG, {})
+    latency: dict[str, Any] | None = _Stored("latency")
+    metrics: dict[str, float] = _Stored("metrics", {})
+    violations: dict[str, float] | None = _Stored("violations")
+    relative: dict[str, Any] | None = _Stored("relative")
+    baseline_latency: dict[str, Any] | None = _Stored("baseline_latency")
+    baseline_guard: dict[str, Any] | None = _Stored("baseline_guard")
+    load: dict[str, Any] | None = _Stored("load")
+    precision: dict[str, Any] | None = _Stored("precision")
+    processes: dict[str, int] | None = _Stored("processes")
+    workload: list[dict[str, Any]] | None = _Stored("workload")
+    backend: str | None = _Stored("backend")
+    build_s: float | None = _Stored("build_s")
+    engine_bytes: int | None = _Stored("engine_bytes")
+    engine_dir: str | None = _Stored("engine_dir")
+    machine: dict[str, Any] = _Stored(MACHINE, {})
+    build_key: str | None = _Stored(BUILD_KEY)
+    baseline_machine: str | None = _Stored(BASELINE_MACHINE)
+    reused_from: int | None = _Stored(REUSED_FROM)
+    fail_reason: str | None = _Stored(FAIL_REASON)
+    retry_of: int | None = _Stored(RETRY_OF)
+    enqueued: str | None = _Stored(ENQUEUED)  # why the trial was queued: "greedy", "<backend> defaults", ...
+    worker: str | None = _Stored(WORKER)
+    known_failure: dict[str, Any] | None = _Stored(KNOWN_FAILURE)
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.attrs = attrs
 
     @classmethod
     def of(cls, trial) -> StoredTrial:
         """The record of a trial (a FrozenTrial, or anything with user_attrs)."""
-        a = trial.user_attrs
-        return cls(
-            config=a.get(CONFIG) or {}, latency=a.get("latency"), metrics=a.get("metrics") or {},
-            violations=a.get("violations"), relative=a.get("relative"), baseline_latency=a.get("baseline_latency"),
-            baseline_guard=a.get("baseline_guard"), load=a.get("load"), precision=a.get("precision"),
-            processes=a.get("processes"), workload=a.get("workload"), backend=a.get("backend"),
-            build_s=a.get("build_s"), engine_bytes=a.get("engine_bytes"), engine_dir=a.get("engine_dir"),
-            machine=a.get(MACHINE) or {}, build_key=a.get(BUILD_KEY),
-            baseline=bool(a.get(BASELINE)), baseline_machine=a.get(BASELINE_MACHINE), reused_from=a.get(REUSED_FROM),
-            fail_reason=a.get(FAIL_REASON), retry_of=a.get(RETRY_OF), enqueued=a.get(ENQUEUED), worker=a.get(WORKER),
-            lock_wait_s=float(a.get(LOCK_WAIT_S, 0.0)), known_failure=a.get(KNOWN_FAILURE), has_config=CONFIG in a)
+        return cls(trial.user_attrs)
+
+    @property
+    def baseline(self) -> bool:
+        """The runtime's defaults every ratio is read against (trial 0, each other machine's first)."""
+        return bool(self.attrs.get(BASELINE))
+
+    @property
+    def lock_wait_s(self) -> float:
+        return float(self.attrs.get(LOCK_WAIT_S, 0.0))
+
+    @property
+    def has_config(self) -> bool:
+        """The trial stored its config (the objective does before building)."""
+        return CONFIG in self.attrs
 
     @property
     def measured(self) -> bool:

@@ -111,7 +111,7 @@ def is_first_look(t) -> bool:
 def runtime_defaults_trials(trials: list) -> list:
     """The completed trials of the other runtimes' own defaults, the baseline's runtime left out."""
     return [t for t in trials if t.state == TrialState.COMPLETE and is_runtime_defaults(t)
-            and not StoredTrial.of(t).baseline and not StoredTrial.of(t).copied]
+            and not (rec := StoredTrial.of(t)).baseline and not rec.copied]
 
 
 def best_feasible(study: optuna.Study | list):

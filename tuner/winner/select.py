@@ -163,7 +163,7 @@ def runtime_defaults(study: optuna.Study, problem: Problem, base) -> dict[str, t
         if base is not None and problem.backend_name(StoredTrial.of(base).config) == name:
             trial = base
         else:
-            trial = next((t for t in done if StoredTrial.of(t).has_config and StoredTrial.of(t).config == config), None)
+            trial = next((t for t in done if (rec := StoredTrial.of(t)).has_config and rec.config == config), None)
         out[name] = (trial, (StoredTrial.of(trial).config or config) if trial is not None else config)
     return out
 
