@@ -44,6 +44,12 @@ def precision_text(config: dict | None, precision: dict | None) -> str:
     return f"precision {route}" + (f", {computed}" if computed else "")
 
 
+def kept_layers(config: dict) -> list[str]:
+    """The model's layers (node names) a config keeps in float: its per-layer lists, however the search encoded
+    them (one boolean per node or group, or a ranking's top k)."""
+    return sorted({n for v in config.values() if isinstance(v, list) for n in v})
+
+
 def kept_in_float(count: int, precision: dict | None) -> str:
     """"3 nodes kept in float (bf16 here)": "float" is not float32 where the runtime computes its float in bf16."""
     floats = float_word(precision)

@@ -13,7 +13,7 @@ from ..search.failures import learnt_failures
 from ..search.record import StoredStudy, StoredTrial, Winner
 from ..search.settings import StudySettings, readable_settings
 from ..search.trials import baseline_modes, is_feasible, latency_of, relative_of, speedup_of, was_busy, work_line
-from .as_run import computed_text, serving_text
+from .as_run import computed_text, kept_layers, serving_text
 from .variants import variant_lines
 from .winner_facts import winner_facts
 
@@ -196,8 +196,7 @@ def _finite(v: float, cap: float = 1e30) -> float:
 def float_layers(t: FrozenTrial) -> list[str]:
     """The model's layers (node names) the trial keeps in float: its config's per-layer lists, however the
     search encoded them (one boolean per node or group, or a ranking's top k)."""
-    config = StoredTrial.of(t).config
-    return sorted({n for v in config.values() if isinstance(v, list) for n in v})
+    return kept_layers(StoredTrial.of(t).config)
 
 
 def layer_override_rates(study, ranks: int = NEAR_FRONT_RANKS) -> tuple[list[FrozenTrial], dict[str, float]]:

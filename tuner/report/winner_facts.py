@@ -8,7 +8,16 @@ from dataclasses import dataclass
 
 from ..measure.requirement import Requirement
 from ..search.record import StoredStudy, Winner
-from .as_run import deployed_text, float_word, kept_in_float, not_deployed_lines, precision_text, vs_defaults_text, workload_lines
+from .as_run import (
+    deployed_text,
+    float_word,
+    kept_in_float,
+    kept_layers,
+    not_deployed_lines,
+    precision_text,
+    vs_defaults_text,
+    workload_lines,
+)
 from .finalists import FINALISTS_HEAD, finalist_rows
 
 AGAINST_DEFAULTS = "winner against each runtime's defaults"
@@ -86,7 +95,7 @@ def _headline(w: Winner) -> str:
 def _float_layers(w: Winner, names: bool) -> Fact:
     """The layers the winner keeps in float (its config's per-layer lists): counted under the winner's line, or
     named (the report)."""
-    kept = sorted({n for v in w.config.values() if isinstance(v, list) for n in v})
+    kept = kept_layers(w.config)
     count = kept_in_float(len(kept), w.precision)
     if not names:
         return Fact("winner's float layers", count, f"  {count}")
