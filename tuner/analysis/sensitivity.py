@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from ..backends.base import backend_versions, get_backend
 from ..errors import TrialFailure, UserError
 from ..execute.jobs import Evaluator
+from ..execute.results import QuickCheck
 from ..inputs.configs import layer_candidates
 from ..inputs.space import LayerOverride
 from ..measure.latency import LatencyProtocol
@@ -91,7 +92,7 @@ def group_candidates(candidates: dict[str, list[str]], override: LayerOverride) 
     return by(lambda c: f"{order[(order.index(c) // size) * size]}..")
 
 
-def _measure(problem: Problem, evaluator: Evaluator, config: dict, timing: LatencyProtocol | None = None) -> dict:
+def _measure(problem: Problem, evaluator: Evaluator, config: dict, timing: LatencyProtocol | None = None) -> QuickCheck:
     """One build's metrics (and quick latency); a build that fails is the route's failure, said in one line.
     Cached as measured, so an analysis killed midway resumes at the build that was in flight."""
     backend = problem.backend_name(config)
@@ -99,16 +100,18 @@ def _measure(problem: Problem, evaluator: Evaluator, config: dict, timing: Laten
                         sorted(problem.requirement.user_metrics())], sort_keys=True)
     name = f"measured-{hashlib.sha256(scope.encode()).hexdigest()[:16]}.json"
     key = json.dumps([config, asdict(timing) if timing else None], sort_keys=True, default=str)
-    got = (cache.read_json(name) or {}).get(key)
-    if got is None:
+    cached = (cache.read_json(name) or {}).get(key)
+    if cached is not None:
+        got = QuickCheck.from_json(cached)
+    else:
         try:
             got = evaluator.accuracy(config, timing)
         except TrialFailure as exc:
             raise UserError(f"route {config.get('precision')} does not build on this model: {exc}") from None
         stored = cache.read_json(name) or {}  # read again: another study may have added builds meanwhile
-        stored[key] = got
+        stored[key] = got.to_json()
         cache.write_json(name, stored)
-    return got | {"feasible": problem.requirement.holds(got["metrics"])}  # this study's bounds, whatever stored it
+    return got.judged(problem.requirement.holds(got.metrics))  # this study's bounds, whatever stored it
 
 
 def table_name(key: str) -> str:
@@ -148,8 +151,8 @@ def _entries(problem: Problem, route_config: dict, override: LayerOverride, eval
         others = sorted(set(all_nodes) - set(nodes))
         only = _measure(problem, evaluator, route_config | {override.key: others}, QUICK)
         all_but = _measure(problem, evaluator, route_config | {override.key: sorted(nodes)})
-        out.append(Entry(cand, nodes, float(only["metrics"][metric]), float(all_but["metrics"][metric]),
-                         sum(shares.get(n, 0.0) for n in nodes), fp32_ms - only["median_ms"]))
+        out.append(Entry(cand, nodes, float(only.metrics[metric]), float(all_but.metrics[metric]),
+                         sum(shares.get(n, 0.0) for n in nodes), fp32_ms - only.median_ms))
     return sorted(out, key=lambda e: (-e.error_only, e.error_all_but))
 
 
@@ -173,10 +176,10 @@ def analyze(problem: Problem, route_config: dict, override: LayerOverride, evalu
     metric = problem.requirement.primary_metric
     all_nodes = sorted(n for nodes in candidates.values() for n in nodes)
     shares = evaluator.node_times(problem.backend_name(route_config))
-    fp32_ms = known.get("fp32_ms") or _measure(problem, evaluator, fp32_config(route_config), QUICK)["median_ms"]
+    fp32_ms = known.get("fp32_ms") or _measure(problem, evaluator, fp32_config(route_config), QUICK).median_ms
     err_all = known.get("error_all_quantized")
     if err_all is None:
-        err_all = _measure(problem, evaluator, route_config | {override.key: []})["metrics"][metric]
+        err_all = _measure(problem, evaluator, route_config | {override.key: []}).metrics[metric]
     args = (problem, route_config, override, evaluator)
     if budget is None or _full_cost(candidates, base) <= budget:
         entries = _entries(*args, candidates, all_nodes, shares, fp32_ms, on_progress)
@@ -269,7 +272,7 @@ class FloatSetBuilds:
                 return None
             self.builds += 1
             kept = sorted(n for name in names for n in self.nodes_of[name])
-            self.known[asked] = _measure(self.problem, self.evaluator, self.route_config | {self.key: kept})["feasible"]
+            self.known[asked] = _measure(self.problem, self.evaluator, self.route_config | {self.key: kept}).feasible
         return self.known[asked]
 
 

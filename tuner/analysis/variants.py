@@ -110,8 +110,8 @@ def measure_variants(problem: Problem, setups: list[dict], evaluator: Evaluator,
             builds += 1
             try:
                 got = evaluator.accuracy(s["config"], TIMING, baseline=fp32)
-                rows[key] = {"metrics": got["metrics"], "ratio": got["ratio"], "ratio_ci": got["ratio_ci"],
-                             "ms": got["median_ms"], "fp32_ms": got["baseline_ms"]}
+                rows[key] = {"metrics": got.metrics, "ratio": got.ratio, "ratio_ci": list(got.ratio_ci),
+                             "ms": got.median_ms, "fp32_ms": got.baseline_ms}
             except TrialFailure as exc:
                 rows[key] = {"failed": str(exc)}
             cache.write_json(name, stored)

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from ..backends.base import engine_precision, get_backend
@@ -38,6 +38,7 @@ from .evaluate import (
 )
 from .isolate import IsolatedRunner
 from .profiling import engine_node_times
+from .results import Confirmation, Confirmed, QuickCheck, Rebuilt, SavedEngine, Verified, VerifyBuilds
 from .timing import (
     ALONE_PROCESSES,
     ALONE_SECONDS,
@@ -104,14 +105,14 @@ def _checked_engine(problem: Problem, config: dict, on_phase: Phase, study: str 
 
 
 def accuracy_job(spec: dict, cache_dir: str, config: dict, protocol: dict | None, on_phase: Phase = no_phase,
-                 study: str = "", baseline: dict | None = None) -> dict:
+                 study: str = "", baseline: dict | None = None) -> QuickCheck:
     """Error metrics of one build (sensitivity), and with a protocol its latency (untimed by others:
     a quick figure for the ranking, not a trial's measurement). With a baseline config too, that engine
     is built as well and the two are timed in turn (paired): "ratio" is the build's latency over the
     baseline's in the same window, "baseline_ms" the baseline's."""
     problem = loaded_problem(spec, cache_dir)
     with _checked_engine(problem, config, on_phase, study) as (engine, backend, metrics, _):
-        out: dict[str, Any] = {"metrics": metrics, "feasible": problem.requirement.holds(metrics)}
+        out = QuickCheck(metrics, problem.requirement.holds(metrics))
         if protocol and baseline is not None:
             with tempfile.TemporaryDirectory(prefix="tuner-job-base-") as work:
                 base, _, _ = build(problem, baseline, work, lambda p: on_phase(f"baseline {p}"), study=study)
@@ -123,13 +124,13 @@ def accuracy_job(spec: dict, cache_dir: str, config: dict, protocol: dict | None
                                                                LatencyProtocol(**protocol))
                 finally:
                     base.close()
-            out |= {"median_ms": cand.median_ms, "baseline_ms": base_stats.median_ms, "ratio": rel.ratio,
-                    "ratio_ci": [rel.ci_low, rel.ci_high]}
+            out = replace(out, median_ms=cand.median_ms, baseline_ms=base_stats.median_ms, ratio=rel.ratio,
+                          ratio_ci=(rel.ci_low, rel.ci_high))
         elif protocol:
             with timing_lock(backend.device, on_phase, study, "an analysis"):
                 on_phase(JobPhase.TIMING)
-                out["median_ms"] = measure_latency(engine.timed_call(problem.batches[0]),
-                                                   LatencyProtocol(**protocol)).median_ms
+                out = replace(out, median_ms=measure_latency(engine.timed_call(problem.batches[0]),
+                                                             LatencyProtocol(**protocol)).median_ms)
     return out
 
 
@@ -169,13 +170,12 @@ def profile_job(spec: dict, cache_dir: str, configs: list[dict], on_phase: Phase
 
 
 def confirm_job(spec: dict, cache_dir: str, configs: list[dict], baseline: int, work_dir: str,
-                on_phase: Phase = no_phase, study: str = "") -> list[dict]:
+                on_phase: Phase = no_phase, study: str = "") -> list[Rebuilt | str]:
     """Rebuild every config into work_dir/INDEX, check its accuracy again and save it there for its timing
-    process (selection). A config that fails to build (or to save) is reported with its reason; the others
-    are still compared. Per config: {"metrics", "feasible", "precision", "backend", "device", "saved": the
-    main file's name in its folder} or {"error"}."""
+    process (selection). A config that fails to build (or to save) is reported with its reason (a str); the
+    others are still compared."""
     problem = loaded_problem(spec, cache_dir)
-    results: list[dict] = []
+    results: list[Rebuilt | str] = []
     for i, config in enumerate(configs):
         folder = os.path.join(work_dir, str(i))
         try:
@@ -183,28 +183,26 @@ def confirm_job(spec: dict, cache_dir: str, configs: list[dict], baseline: int, 
         except Exception as exc:  # noqa: BLE001  one finalist failing is a result, not the end
             if i == baseline:
                 raise
-            results.append({"error": f"{type(exc).__name__}: {exc}"})
+            results.append(f"{type(exc).__name__}: {exc}")
             continue
-        results.append({"metrics": built.metrics, "feasible": problem.requirement.holds(built.metrics),
-                        "precision": built.precision, "backend": built.backend, "device": built.device,
-                        "saved": built.main})
+        results.append(Rebuilt(built.metrics, problem.requirement.holds(built.metrics), built.precision,
+                               built.backend, built.device, built.main))
     return results
 
 
 def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase: Phase = no_phase,
-               study: str = "") -> dict:
+               study: str = "") -> SavedEngine:
     """Rebuild `config`, check its accuracy and save the engine into out_dir."""
     problem = loaded_problem(spec, cache_dir)
     with _checked_engine(problem, config, on_phase, study) as (engine, backend, metrics, per_output):
         on_phase(JobPhase.SAVING)
         path = engine.save(out_dir)
         precision = engine_precision(engine)
-    return {"metrics": metrics, "per_output": per_output, "engine": path, "backend": backend.name,
-            "usage": backend.usage(out_dir), "precision": precision}
+    return SavedEngine(metrics, per_output, path, backend.name, backend.usage(out_dir), precision)
 
 
 def load_job(spec: dict, cache_dir: str, config: dict, engine_dir: str, main: str | None = None,
-             on_phase: Phase = no_phase, study: str = "") -> dict:
+             on_phase: Phase = no_phase, study: str = "") -> SavedEngine:
     """Load the engine in engine_dir (an uploaded one, downloaded by export) with the backend of `config`
     and check its accuracy; what export_job returns, without building or writing anything."""
     problem = loaded_problem(spec, cache_dir)
@@ -217,16 +215,15 @@ def load_job(spec: dict, cache_dir: str, config: dict, engine_dir: str, main: st
         precision = engine_precision(engine)
     finally:
         engine.close()
-    return {"metrics": metrics, "per_output": per_output, "engine": os.path.join(engine_dir, main or ""),
-            "backend": backend.name, "usage": backend.usage(engine_dir), "precision": precision}
+    return SavedEngine(metrics, per_output, os.path.join(engine_dir, main or ""), backend.name,
+                       backend.usage(engine_dir), precision)
 
 
 def verify_job(spec: dict, cache_dir: str, config: dict, baseline: dict, engine_dir: str | None, backend: str | None,
-               work_dir: str, on_phase: Phase = no_phase, study: str = "") -> dict:
+               work_dir: str, on_phase: Phase = no_phase, study: str = "") -> VerifyBuilds:
     """What verify times, ready for their processes: the winner (the exported engine in engine_dir, loaded
     and checked here, or `config` rebuilt into work_dir/winner) and the backend's defaults built into
-    work_dir/defaults. Returns {"winner": (backend, folder), "defaults": (backend, folder), "device",
-    "metrics", "feasible"}."""
+    work_dir/defaults."""
     problem = loaded_problem(spec, cache_dir)
     if engine_dir:
         on_phase("loading the exported engine")
@@ -244,8 +241,7 @@ def verify_job(spec: dict, cache_dir: str, config: dict, baseline: dict, engine_
         metrics, winner, device = built.metrics, (built.backend, built.engine_dir), built.device
     base = build_checked(problem, baseline, os.path.join(work_dir, "defaults"), check=False, study=study,
                          on_phase=lambda p: on_phase(f"defaults {p}"))
-    return {"winner": winner, "defaults": (base.backend, base.engine_dir), "device": device, "metrics": metrics,
-            "feasible": problem.requirement.holds(metrics)}
+    return VerifyBuilds(winner, (base.backend, base.engine_dir), device, metrics, problem.requirement.holds(metrics))
 
 
 class Evaluator:
@@ -323,7 +319,7 @@ class Evaluator:
             self._call(told_job, built=built, median_ms=rec.median_ms, feasible=rec.feasible)
         return rec
 
-    def accuracy(self, config: dict, timing: LatencyProtocol | None = None, baseline: dict | None = None) -> dict:
+    def accuracy(self, config: dict, timing: LatencyProtocol | None = None, baseline: dict | None = None) -> QuickCheck:
         """Metrics of one build; with timing its quick latency, against `baseline` in turn where given."""
         return self._call(accuracy_job, config=config, protocol=asdict(timing) if timing else None, baseline=baseline)
 
@@ -338,27 +334,24 @@ class Evaluator:
         """Per-node times of each config's engine from its backend's profiler (tuner.execute.profiling)."""
         return self._call(profile_job, configs=configs)
 
-    def confirm(self, configs: list[dict], baseline: int, rounds: int = 30, save_dir: str | None = None) -> dict:
+    def confirm(self, configs: list[dict], baseline: int, rounds: int = 30, save_dir: str | None = None) -> Confirmation:
         """Every config rebuilt and checked again (in the child), saved into save_dir/INDEX (a folder of its own
-        where none is given), then all timed side by side with configs[baseline], each in a process of its own.
-        Returns {"results": per config (confirm_job's, with "latency", "relative" and "process" where built),
-        "load"}."""
+        where none is given), then all timed side by side with configs[baseline], each in a process of its own."""
         work = save_dir or tempfile.mkdtemp(prefix="tuner-select-")
         try:
-            results = self._call(confirm_job, configs=configs, baseline=baseline, work_dir=work)
-            built = [i for i, r in enumerate(results) if "error" not in r]
-            saved = [(results[i]["backend"], os.path.join(work, str(i))) for i in built]
+            rebuilt = self._call(confirm_job, configs=configs, baseline=baseline, work_dir=work)
+            built = [i for i, r in enumerate(rebuilt) if isinstance(r, Rebuilt)]
+            saved = [(rebuilt[i].backend, os.path.join(work, str(i))) for i in built]
             timed, load, pids, figures = side_by_side_over(
-                saved, self.shapes(), built.index(baseline), sorted(results[i]["device"] for i in built)[0], rounds,
+                saved, self.shapes(), built.index(baseline), sorted(rebuilt[i].device for i in built)[0], rounds,
                 LatencyProtocol(max_seconds=60.0), self.lock_waits.on_phase, self.study, "selection", self._start)
         finally:
             if save_dir is None:
                 shutil.rmtree(work, ignore_errors=True)
+        out = [Confirmed(error=r) if isinstance(r, str) else None for r in rebuilt]
         for k, (i, (stats, rel), pid) in enumerate(zip(built, timed, pids)):
-            results[i] |= {"latency": stats.to_dict(), "relative": rel.to_dict(), "process": pid}
-            if figures:
-                results[i]["workload"] = figures[k]
-        return {"results": results, "load": load}
+            out[i] = Confirmed(rebuilt[i], None, stats, rel, pid, figures[k] if figures else None)
+        return Confirmation(out, load)
 
     def alone(self, saved: list[tuple[str, str]], device: str = "cpu", processes: int = ALONE_PROCESSES,
               seconds: float = ALONE_SECONDS) -> list[AloneFigure]:
@@ -373,30 +366,24 @@ class Evaluator:
                              self._start)
 
     def verify(self, config: dict, baseline: dict, engine_dir: str | None = None, backend: str | None = None,
-               protocol: LatencyProtocol | None = None, alone_processes: int = ALONE_PROCESSES) -> dict:
+               protocol: LatencyProtocol | None = None, alone_processes: int = ALONE_PROCESSES) -> Verified:
         """The winner (the exported engine in engine_dir, else `config` rebuilt) against the backend's defaults as
         a user checking the claim would time them: each in a process of its own, in paired blocks, then each
         alone in several fresh processes (alone_processes; 0: not)."""
         with tempfile.TemporaryDirectory(prefix="tuner-verify-") as work:
-            got = self._call(verify_job, config=config, baseline=baseline, engine_dir=engine_dir, backend=backend,
-                             work_dir=work)
-            saved = [tuple(got["winner"]), tuple(got["defaults"])]
+            got: VerifyBuilds = self._call(verify_job, config=config, baseline=baseline, engine_dir=engine_dir,
+                                           backend=backend, work_dir=work)
             [(cand, rel), (base, _)], load, pids, figures = side_by_side_over(
-                saved, self.shapes(), 1, got["device"], None, protocol or LatencyProtocol(), self.lock_waits.on_phase,
-                self.study, "verify", self._start)
-            out = {"latency": cand.to_dict(), "baseline_latency": base.to_dict(), "relative": rel.to_dict(),
-                   "metrics": got["metrics"], "feasible": got["feasible"], "load": load,
-                   "processes": {"winner": pids[0], "defaults": pids[1]}}
-            if figures:
-                out["workload"] = figures[0]
-            if alone_processes:
-                out["alone"] = self.deployed((saved[0], saved[1]), got["device"], alone_processes)
-        return out
+                [got.winner, got.defaults], self.shapes(), 1, got.device, None, protocol or LatencyProtocol(),
+                self.lock_waits.on_phase, self.study, "verify", self._start)
+            alone = self.deployed((got.winner, got.defaults), got.device, alone_processes) if alone_processes else None
+        return Verified(cand, base, rel, got.metrics, got.feasible, load, {"winner": pids[0], "defaults": pids[1]},
+                        figures[0] if figures else None, alone)
 
-    def export(self, config: dict, out_dir: str) -> dict:
+    def export(self, config: dict, out_dir: str) -> SavedEngine:
         return self._call(export_job, config=config, out_dir=out_dir)
 
-    def load(self, config: dict, engine_dir: str, main: str | None = None) -> dict:
+    def load(self, config: dict, engine_dir: str, main: str | None = None) -> SavedEngine:
         """Check the accuracy of a saved engine of `config` (export of a downloaded artifact)."""
         return self._call(load_job, config=config, engine_dir=engine_dir, main=main)
 

@@ -14,6 +14,7 @@ from .. import __version__
 from ..backends.base import get_backend
 from ..errors import UserError
 from ..execute.jobs import Evaluator
+from ..execute.results import SavedEngine
 from ..inputs.model import shape_text
 from ..problem.spec import Problem
 from ..report.as_run import deployed_text, precision_text, vs_defaults_text
@@ -78,23 +79,23 @@ def export_winner(study: optuna.Study, problem: Problem, out_dir: str, best_effo
     return report
 
 
-def _export_report(study: optuna.Study, problem: Problem, chosen: dict, kind: str, built: dict, staging: str,
+def _export_report(study: optuna.Study, problem: Problem, chosen: dict, kind: str, built: SavedEngine, staging: str,
                    out_dir: str) -> dict:
     """report.json: what was exported, how to run it, and whether the engine meets the requirement
     ("rebuilt_matches_stored": its error is the stored one, for a downloaded engine as for a rebuilt one)."""
-    metrics, per_output = built["metrics"], built["per_output"]
+    metrics, per_output = built.metrics, built.per_output
     stored = chosen.get("confirmed_metrics") or chosen.get("metrics") or {}
     primary = problem.requirement.primary_metric
-    precision = built.get("precision") or chosen.get("precision")
+    precision = built.precision or chosen.get("precision")
     report = {
         "kind": kind,
         "study": study.study_name,
         "trial": chosen["trial"],
         "config": chosen["config"],
-        "backend": built["backend"],
-        "engine": os.path.relpath(built["engine"], staging),
+        "backend": built.backend,
+        "engine": os.path.relpath(built.engine, staging),
         # the lines of Python that load and run it with the backend's own library, at its final place
-        "usage": built["usage"].replace(os.path.join(staging, "engine"), os.path.join(out_dir, "engine")),
+        "usage": built.usage.replace(os.path.join(staging, "engine"), os.path.join(out_dir, "engine")),
         "requirement": str(problem.requirement),
         "meets_requirement": problem.requirement.holds(metrics),
         "metrics": metrics,

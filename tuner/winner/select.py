@@ -18,6 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..execute.jobs import Evaluator
+from ..execute.results import Confirmation, Confirmed
 from ..execute.timing import ALONE_PROCESSES, ALONE_SECONDS
 from ..inputs.configs import defaults_chooser, normalize
 from ..inputs.space import BACKEND, Space
@@ -104,7 +105,7 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
         winner = _decide(study, problem, cands, base, entries, confirmed_run)
         not_deployed: list[dict] = []
         while winner is not None and base is not None and winner["trial"] != base.number and alone_processes:
-            deployed = _deployment_check(evaluator, winner, base, entries, confirmed_run["results"], saved,
+            deployed = _deployment_check(evaluator, winner, base, entries, confirmed_run.finalists, saved,
                                          alone_processes, alone_seconds)
             winner["deployed"] = deployed
             if deployed["speedup_high"] >= 1.0:
@@ -116,10 +117,10 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
         if winner is not None and not_deployed:
             winner["not_deployed"] = not_deployed
         if winner is not None:
-            winner |= against_defaults(winner, defaults, entries, untried, confirmed_run["results"])
+            winner |= against_defaults(winner, defaults, entries, untried, confirmed_run.finalists)
         if winner is not None and store is not None:
             only = winner["trial"] if keep == "winner" else None
-            uploaded = _upload(lambda: _upload_finalists(study, store, entries, confirmed_run["results"], saved,
+            uploaded = _upload(lambda: _upload_finalists(study, store, entries, confirmed_run.finalists, saved,
                                                          keep_all, only),
                                "uploading the finalists' engines (export will rebuild)") or {}
             winner["engine_artifact"] = _short(uploaded.get(winner["trial"]))
@@ -131,14 +132,14 @@ def select_winner(study: optuna.Study, problem: Problem, top_k: int = 3, rounds:
     return winner
 
 
-def _deployment_check(evaluator: Evaluator, winner: dict, base, entries: list, results: list[dict], saved: str,
+def _deployment_check(evaluator: Evaluator, winner: dict, base, entries: list, results: list[Confirmed], saved: str,
                       processes: int, seconds: float) -> dict:
     """The winner and the baseline, as selection saved them, each timed alone in `processes` fresh processes
     (timing.time_alone): the figure users compare with their own, with whether it agrees with the claim."""
     at = {t.number: i for i, t in enumerate(entries)}
     pair = [at[winner["trial"]], at[base.number]]
-    winner_saved, base_saved = ((results[i]["backend"], os.path.join(saved, str(i))) for i in pair)
-    deployed = evaluator.deployed((winner_saved, base_saved), results[pair[0]]["device"], processes, seconds)
+    winner_saved, base_saved = ((results[i].rebuilt.backend, os.path.join(saved, str(i))) for i in pair)
+    deployed = evaluator.deployed((winner_saved, base_saved), results[pair[0]].rebuilt.device, processes, seconds)
     return deployed | {"agrees": agrees_with_claim(winner, deployed)}
 
 
@@ -169,7 +170,7 @@ def runtime_defaults(study: optuna.Study, problem: Problem, base) -> dict[str, t
 
 
 def against_defaults(winner: dict, defaults: dict[str, tuple[Any, dict]], entries: list,
-                     untried: list[tuple[str, dict]], results: list[dict]) -> dict:
+                     untried: list[tuple[str, dict]], results: list[Confirmed]) -> dict:
     """The winner's speedup over each runtime's defaults, from the same side-by-side timing: their ratios
     to the reference divided ("vs_defaults": {backend: speedup}), and per runtime what was timed
     ("defaults": {backend: {trial, median_ms, relative, feasible, precision} or {trial, error}})."""
@@ -182,13 +183,13 @@ def against_defaults(winner: dict, defaults: dict[str, tuple[Any, dict]], entrie
         row: dict[str, Any] = {"trial": t.number if t is not None else None}
         if t is None:
             row["config"] = config
-        if "error" in r:
-            rows[name] = row | {"error": r["error"]}
+        if not r.built:
+            rows[name] = row | {"error": r.error}
             continue
-        rows[name] = row | {"median_ms": r["latency"]["median_ms"], "relative": r["relative"],
-                            "feasible": bool(r["feasible"]), "precision": r.get("precision")}
+        rows[name] = row | {"median_ms": r.latency.median_ms, "relative": r.relative.to_dict(),
+                            "feasible": r.feasible, "precision": r.rebuilt.precision}
         if own > 0:
-            vs[name] = r["relative"]["ratio"] / own
+            vs[name] = r.relative.ratio / own
     for f in winner.get("finalists") or []:  # which finalists are a runtime's defaults
         names = [name for name, row in rows.items() if row["trial"] == f["trial"]]
         if names:
@@ -201,14 +202,15 @@ def _drop_earlier(study: optuna.Study, store: StoreRef | None, keep_all: bool) -
     _upload(lambda: drop_selection_engines(study, store, keep_all), "removing the engines of the last selection")
 
 
-def _decide(study: optuna.Study, problem: Problem, cands: list, base, entries: list, confirmed_run: dict) -> dict | None:
+def _decide(study: optuna.Study, problem: Problem, cands: list, base, entries: list,
+            confirmed_run: Confirmation) -> dict | None:
     """The winner of a side-by-side run (not stored yet); None (best effort stored) when no finalist passed."""
-    results = confirmed_run["results"]
-    built = [(t, r) for t, r in zip(entries, results) if "error" not in r]
-    stats = {t.number: r["latency"] for t, r in built}
-    ratio = {t.number: r["relative"] for t, r in built}
-    confirmed = [(t, r["metrics"]) for t, r in built if t in cands and r["feasible"]]
-    rejected = [t.number for t, r in zip(entries, results) if t in cands and not r.get("feasible")]
+    results = confirmed_run.finalists
+    built = [(t, r) for t, r in zip(entries, results) if r.built]
+    stats = {t.number: r.latency.to_dict() for t, r in built}  # the stored forms, as the winner's record keeps them
+    ratio = {t.number: r.relative.to_dict() for t, r in built}
+    confirmed = [(t, r.rebuilt.metrics) for t, r in built if t in cands and r.feasible]
+    rejected = [t.number for t, r in zip(entries, results) if t in cands and not r.feasible]
     if not confirmed:
         study.set_user_attr(BEST_EFFORT_ATTR, _summary(cands[0]) | {"note": "failed the accuracy re-check"})
         return None
@@ -217,7 +219,7 @@ def _decide(study: optuna.Study, problem: Problem, cands: list, base, entries: l
                                       for f, _ in confirmed])
     t, metrics = next((f, m) for f, m in confirmed if f.number == pick["trial"])
     rel = ratio[t.number]
-    as_timed = {f.number: r.get("precision") for f, r in built}  # what each engine timed computed in
+    as_timed = {f.number: r.rebuilt.precision for f, r in built}  # what each engine timed computed in
     winner = _summary(t) | {
         "precision": as_timed.get(t.number) or StoredTrial.of(t).precision,
         "baseline_precision": (as_timed.get(base.number) or StoredTrial.of(base).precision) if base is not None else None,
@@ -225,7 +227,7 @@ def _decide(study: optuna.Study, problem: Problem, cands: list, base, entries: l
         "confirmed_relative": rel,
         "confirmed_metrics": metrics,
         # a workload of several sets of shapes: each set's side-by-side figures (search.record.ShapeFigure)
-        "confirmed_workload": next((r.get("workload") for f, r in built if f.number == t.number), None),
+        "confirmed_workload": next((r.workload for f, r in built if f.number == t.number), None),
         "baseline_trial": base.number if base is not None else None,
         "baseline_latency": stats.get(base.number) if base is not None else None,
         "speedup": 1.0 / rel["ratio"] if base is not None and base.number in stats else None,
@@ -234,15 +236,15 @@ def _decide(study: optuna.Study, problem: Problem, cands: list, base, entries: l
         "compared": {str(n): v["median_ms"] for n, v in stats.items()},
         # every finalist's side-by-side timing, for `tune`, `select` and the report (report/finalists.py)
         "finalists": sorted(({"trial": f.number, "baseline": base is not None and f.number == base.number,
-                              "feasible": bool(r["feasible"]), "relative": ratio[f.number], "process": r.get("process"),
-                              "workload": r.get("workload"),
+                              "feasible": r.feasible, "relative": ratio[f.number], "process": r.process,
+                              "workload": r.workload,
                               "choices": choices_off_defaults(f.params, StoredTrial.of(f).config, problem.space)}
                              | stats[f.number] for f, r in built), key=lambda f: f["relative"]["ratio"]),
         # the finalists that tie the fastest within noise, of which the simplest won (simplest_among_ties)
         "tie": {"fastest": min(confirmed, key=lambda fm: ratio[fm[0].number]["ratio"])[0].number,
                 "trials": [f["trial"] for f in tied]} if tied else None,
         "rejected_on_recheck": rejected,
-        "load": confirmed_run["load"],
+        "load": confirmed_run.load,
         "selected_at": time.time(),
     }
     return winner
@@ -257,7 +259,7 @@ def _upload(fn: Callable[[], Any], what: str) -> Any:
         return None
 
 
-def _upload_finalists(study: optuna.Study, store: StoreRef, entries: list, results: list[dict], saved: str,
+def _upload_finalists(study: optuna.Study, store: StoreRef, entries: list, results: list[Confirmed], saved: str,
                       keep_all: bool, only: int | None = None) -> dict[int, dict]:
     """Upload the engines of the finalists that passed the accuracy re-check, as timed (only: trial `only`'s,
     --keep-artifacts winner); then remove the engines of earlier selections (unless the study keeps them all).
@@ -267,11 +269,9 @@ def _upload_finalists(study: optuna.Study, store: StoreRef, entries: list, resul
     for i, (t, r) in enumerate(zip(entries, results)):
         if only is not None and t.number != only:
             continue
-        if r.get("feasible") and "saved" in r and t.number not in out:
-            out[t.number] = upload_engine(study, store, os.path.join(saved, str(i)), t.number, SELECTION, r["saved"])
-        elif r.get("save_error"):
-            print(f"warning: the engine of trial {t.number} could not be saved after its timing ({r['save_error']})",
-                  file=sys.stderr)
+        if r.feasible and t.number not in out:
+            out[t.number] = upload_engine(study, store, os.path.join(saved, str(i)), t.number, SELECTION,
+                                          r.rebuilt.saved)
     drop_selection_engines(study, store, keep_all, earlier)
     return out
 

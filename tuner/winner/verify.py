@@ -33,15 +33,15 @@ def verify_winner(study: optuna.Study, problem: Problem, engine_dir: str | None 
         raise UserError(f"study {study.study_name!r} has no baseline trial to compare the winner with")
     with Evaluator(problem.loaded, timeout_s) as evaluator:
         got = evaluator.verify(won.config, StoredTrial.of(base).config, engine_dir, backend, VERIFY_PROTOCOL)
-    rel = got["relative"]
-    result = {"speedup": 1.0 / rel["ratio"], "speedup_low": 1.0 / rel["ci_high"], "speedup_high": 1.0 / rel["ci_low"],
-              "winner_ms": got["latency"]["median_ms"], "defaults_ms": got["baseline_latency"]["median_ms"],
-              "claimed_speedup": won.speedup, "busy": got["load"]["busy"], "load": got["load"],
-              "metrics": got["metrics"], "meets_requirement": got["feasible"], "rounds": rel["rounds"],
+    rel = got.relative
+    result = {"speedup": 1.0 / rel.ratio, "speedup_low": 1.0 / rel.ci_high, "speedup_high": 1.0 / rel.ci_low,
+              "winner_ms": got.latency.median_ms, "defaults_ms": got.baseline_latency.median_ms,
+              "claimed_speedup": won.speedup, "busy": got.load["busy"], "load": got.load,
+              "metrics": got.metrics, "meets_requirement": bool(got.feasible), "rounds": rel.rounds,
               "engine": engine_dir or "rebuilt from the winner's config", "verified_at": time.time(),
-              "processes": got["processes"], "workload": got.get("workload")}
-    if got.get("alone"):
-        result["alone"] = got["alone"] | {"agrees": agrees_with_claim(won.stored, got["alone"])}
+              "processes": got.processes, "workload": got.workload}
+    if got.alone:
+        result["alone"] = got.alone | {"agrees": agrees_with_claim(won.stored, got.alone)}
     if won.speedup:
         result["difference"] = result["speedup"] / won.speedup - 1.0
     study.set_user_attr(WINNER_ATTR, won.stored | {"verify": result})
