@@ -25,7 +25,7 @@ from ..search.trials import (
 )
 from ..store.artifacts import resolve_store
 from ..store.artifacts import usage as artifacts_usage
-from ..store.storage import local_path
+from ..store.storage import StorageURL
 from .as_run import precision_text, serving_text
 from .variants import rankings_lines
 from .winner_facts import winner_lines
@@ -71,7 +71,7 @@ def status_lines(study: optuna.Study, url: str, engines_dir: str | None = None) 
     if modes:
         lines.append(f"warning: {modes}")
     lines += machine_lines(trials)
-    path = local_path(url)
+    path = StorageURL(url).path
     disk = []
     if path and os.path.isfile(path):
         disk.append(f"database {os.path.getsize(path) / 1e6:.1f} MB")

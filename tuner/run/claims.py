@@ -30,8 +30,8 @@ from ..search.enqueue import baseline_params
 from ..search.record import BASELINE, BASELINE_MACHINE, FAIL_REASON, MAX_TRIALS_ATTR, PROTOCOL_ATTR, StoredStudy, StoredTrial
 from ..store import cache
 from ..store.optuna_private import BaseHeartbeat, is_heartbeat_enabled, storage_of, trial_id
-from ..store.proxy_client import GRPC_PREFIX, ProxyClaimLock
-from ..store.storage import heartbeat_options, local_path
+from ..store.proxy_client import ProxyClaimLock
+from ..store.storage import StorageURL, heartbeat_options
 
 CALIB_PREFIX = "calib/"
 POLL_S = 1.0
@@ -56,9 +56,8 @@ class ClaimLock:
         self._conn = None
         self._file = None
         self.held = False
-        path = local_path(url)
-        self.kind = "file" if path is not None else ("mysql" if url.startswith("mysql") else "postgresql")
-        self._path = f"{path}.{study_name}.claim.lock" if path is not None else None
+        self._path = StorageURL(url).claim_lock(study_name)
+        self.kind = "file" if self._path is not None else ("mysql" if url.startswith("mysql") else "postgresql")
 
     def acquire(self) -> None:
         if self.held:
@@ -153,7 +152,7 @@ class TrialClaims:
         self.budget = budget
         self.other_machine = other_machine
         # behind a `tuner proxy` (grpc://): the proxy holds the same database lock for this worker
-        self.lock = (ProxyClaimLock if ctx.url.startswith(GRPC_PREFIX) else ClaimLock)(ctx.url, ctx.study.study_name)
+        self.lock = (ProxyClaimLock if StorageURL(ctx.url).is_proxy else ClaimLock)(ctx.url, ctx.study.study_name)
         self.mid = machine_id(ctx.settings.machine)
         self.study_attrs: dict = {}
         self.uploaded: set[str] = set()  # calibration keys this worker knows the study holds

@@ -12,7 +12,7 @@ from ..errors import UserError
 from ..inputs.user_paths import dir_bytes
 from ..store.artifacts import engine_records, remove_engines, resolve_store
 from ..store.optuna_private import storage_of
-from ..store.storage import local_path
+from ..store.storage import StorageURL
 from .options import engines_dir, trials_log
 from .tune import study_run_lock
 
@@ -48,11 +48,12 @@ def study_files(study: optuna.Study, url: str) -> list[Removal]:
     if store is not None and records:
         held = sum(r.get("bytes", 0) for r in records)
         out.append(Removal(f"{len(records)} engine artifacts", store.url, held, "artifacts"))
-    path = local_path(url)
+    url = StorageURL(url)
+    path = url.path  # the study's file
     if path is not None:
-        for suffix in (f".{name}.lock", f".{name}.claim.lock"):
-            if os.path.exists(path + suffix):
-                out.append(Removal("lock file", path + suffix, _size(path + suffix)))
+        for lock in (url.run_lock(name), url.claim_lock(name)):
+            if os.path.exists(lock):
+                out.append(Removal("lock file", lock, _size(lock)))
         others = [s for s in optuna.get_all_study_names(storage_of(study)) if s != name]
         if not others:
             files = [p for p in (path, path + "-wal", path + "-shm") if os.path.exists(p)]
@@ -65,8 +66,9 @@ def delete_study(study: optuna.Study, url: str, removals: list[Removal]) -> None
     then the files. Refused while a run holds the study."""
     name = study.study_name
     with study_run_lock(url, name) as alone:
-        if local_path(url) is not None and not alone:
-            raise UserError(f"study {name!r} is being tuned (a run holds {local_path(url)}.{name}.lock); "
+        lock = StorageURL(url).run_lock(name)
+        if lock is not None and not alone:
+            raise UserError(f"study {name!r} is being tuned (a run holds {lock}); "
                             "stop it first, then delete")
         store = resolve_store(study)
         if store is not None:

@@ -8,7 +8,7 @@ import optuna
 
 from ..analysis.sensitivity import DEFAULT_BUDGET
 from ..measure.latency import LatencyProtocol
-from ..store.storage import local_path, study_url
+from ..store.storage import StorageURL, study_url
 
 
 @dataclass
@@ -55,7 +55,7 @@ class TuneOptions:
     sensitivity_method: str = "activations"  # how layers are ranked: search.choices.SENSITIVITY_METHODS
 
     @property
-    def storage_url(self) -> str:
+    def storage_url(self) -> StorageURL:
         return study_url(self.study, self.storage)
 
     @property
@@ -79,6 +79,6 @@ def engines_dir(study: str, storage_url: str, given: str | None = None) -> str:
     """Where trial engines are built: --engines-dir, else STUDY-engines next to the study's file."""
     if given:
         return given
-    path = local_path(storage_url)
+    path = StorageURL(storage_url).path
     base = os.path.dirname(path) if path else "tuner-engines"
     return os.path.join(base or ".", f"{study}-engines")

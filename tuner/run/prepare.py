@@ -27,7 +27,7 @@ from ..search.settings import (
 )
 from ..search.study import StudyAppeared, StudyContext, create_or_resume, load_existing, stored_settings, wait_for_settings
 from ..store.optuna_private import storage_of
-from ..store.storage import check_study_name, holds_no_study, local_path, open_storage
+from ..store.storage import check_study_name, holds_no_study, open_storage
 from .join import this_machine
 from .options import TuneOptions, engines_dir, trials_log
 from .warm import warm_start
@@ -41,7 +41,7 @@ def open_study(opts: TuneOptions, defer_analysis: bool = False) -> StudyContext:
     """The study of `opts`, created or resumed; with defer_analysis its layer ranking is left for
     analyze_study (tune runs the runtimes' defaults first)."""
     check_study_name(opts.study)
-    path = local_path(opts.storage_url)
+    path = opts.storage_url.path
     fresh = path is not None and not os.path.exists(path)
     parent = os.path.dirname(path) if path else ""
     new_parent = bool(parent) and not os.path.exists(parent)

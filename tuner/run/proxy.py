@@ -43,7 +43,7 @@ from ..store.proxy_client import (
     _grpc,
     _target,
 )
-from ..store.storage import STUDY_NAME, local_path, open_storage
+from ..store.storage import STUDY_NAME, StorageURL, open_storage
 from .claims import ClaimLock
 
 
@@ -113,7 +113,7 @@ class TunerProxyService:
 
 def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, ready=print) -> None:
     """`tuner proxy`: serve the database at url on host:port (0: a free port) until Ctrl-C or SIGTERM."""
-    if url.startswith(GRPC_PREFIX) or local_path(url) is not None:
+    if StorageURL(url).is_proxy or StorageURL(url).path is not None:
         raise UserError(f"--storage {url}: the proxy stands in front of a database server, e.g. "
                         "postgresql+psycopg://user:pw@db-host:5432/db (one machine needs no proxy: journal:///FILE.log)")
     if not 0 <= port < 65536:

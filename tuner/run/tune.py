@@ -29,7 +29,7 @@ from ..search.trials import (
     was_busy,
 )
 from ..store.optuna_private import storage_of, trial_id
-from ..store.storage import local_path
+from ..store.storage import StorageURL
 from ..winner.select import select_winner
 from .claims import store_run_settings
 from .disk import disk_warning
@@ -49,11 +49,11 @@ class TuneResult:
 def study_run_lock(url: str, study: str):
     """Held while this process tunes a study in a local file. Yields True when nobody else holds it,
     i.e. trials left RUNNING are from a dead process."""
-    path = local_path(url)
-    if path is None:  # database servers: heartbeats find the dead instead
+    lock = StorageURL(url).run_lock(study)
+    if lock is None:  # database servers: heartbeats find the dead instead
         yield False
         return
-    with open(f"{path}.{study}.lock", "a+") as f:
+    with open(lock, "a+") as f:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -30,7 +30,7 @@ from optuna.artifacts.exceptions import ArtifactNotFound
 from ..errors import UserError
 from ..inputs.user_paths import dir_bytes
 from .optuna_private import storage_of
-from .storage import local_path, url_of
+from .storage import StorageURL, url_of
 
 # {"url": the --artifacts given (None: the default), "keep": --keep-artifacts (search.choices.KEEP_ARTIFACTS)}
 STORE_ATTR = "artifact_store"
@@ -109,7 +109,7 @@ def storage_file(study: optuna.Study) -> str | None:
     """The SQLite or journal file a study is stored in; None for a database server or in memory.
     (Optuna keeps no URL on a Study: read from its storage.)"""
     url = url_of(storage_of(study))
-    return local_path(url) if url else None
+    return StorageURL(url).path if url else None
 
 
 def default_folder(study_file: str, study: str) -> str:

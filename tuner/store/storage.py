@@ -39,25 +39,57 @@ def check_study_name(name: str) -> str:
     return name
 
 
-def default_url(study: str) -> str:
-    return f"sqlite:///{STUDIES_DIR}/{check_study_name(study)}.db"
+class StorageURL(str):
+    """A study's storage URL, knowing what engine-tuner reads from it: the file behind it (SQLite or a journal;
+    None for a database server or a proxy), whether it is a `tuner proxy`, and the lock files a local study's
+    runs and claims hold beside its file. A str, so it goes wherever Optuna or SQLAlchemy take a URL."""
+
+    __slots__ = ()
+
+    @property
+    def path(self) -> str | None:
+        """The file behind a SQLite or journal URL; None for a database server or a proxy."""
+        for prefix in ("sqlite:///", JOURNAL_PREFIX):
+            if self.startswith(prefix):
+                return self[len(prefix):]
+        return None
+
+    @property
+    def is_journal(self) -> bool:
+        return self.startswith(JOURNAL_PREFIX)
+
+    @property
+    def is_proxy(self) -> bool:
+        return self.startswith(GRPC_PREFIX)
+
+    def run_lock(self, study: str) -> str | None:
+        """The file a process tuning `study` holds locked (tuner.run.tune.study_run_lock); None for a server."""
+        return f"{self.path}.{study}.lock" if self.path is not None else None
+
+    def claim_lock(self, study: str) -> str | None:
+        """The file a worker claiming one of `study`'s budgeted trials holds (tuner.run.claims); None for a server."""
+        return f"{self.path}.{study}.claim.lock" if self.path is not None else None
 
 
-def study_url(study: str, storage: str | optuna.storages.BaseStorage | None = None) -> str:
+def default_url(study: str) -> StorageURL:
+    return StorageURL(f"sqlite:///{STUDIES_DIR}/{check_study_name(study)}.db")
+
+
+def study_url(study: str, storage: str | optuna.storages.BaseStorage | None = None) -> StorageURL:
     """Where a study lives: the storage given (a URL, or an Optuna storage object the Python API was handed),
     else studies/STUDY.db. An object is reopened by its URL, as every worker and trial child reopens it, with
     engine-tuner's own settings (heartbeats, SQLite's WAL and write lock: open_storage)."""
     if storage is None or storage == "":
         return default_url(study)
     if isinstance(storage, str):
-        return storage
+        return StorageURL(storage)
     if isinstance(storage, optuna.storages.BaseStorage):
         url = url_of(storage)
         if url is None:
             raise UserError(f"storage={type(storage).__name__}: engine-tuner's workers and trial children reopen a "
                             "study by its URL, and this storage has none; pass an RDBStorage (sqlite:///FILE.db, "
                             f"postgresql+psycopg://...), a JournalStorage on a file, or the URL itself")
-        return url
+        return StorageURL(url)
     raise UserError(f"storage={storage!r}: give a URL (sqlite:///FILE.db, {JOURNAL_PREFIX}FILE.log, "
                     "postgresql+psycopg://user:pw@host:5432/db) or an Optuna storage object")
 
@@ -73,15 +105,6 @@ def url_of(storage: optuna.storages.BaseStorage) -> str | None:
         return url
     path = journal_file(storage)
     return JOURNAL_PREFIX + path if isinstance(path, str) else None
-
-
-def local_path(url: str) -> str | None:
-    """The file behind a SQLite or journal URL; None for a database server."""
-    if url.startswith("sqlite:///"):
-        return url[len("sqlite:///"):]
-    if url.startswith(JOURNAL_PREFIX):
-        return url[len(JOURNAL_PREFIX):]
-    return None
 
 
 def _server_hint(url: str) -> str:
@@ -161,12 +184,12 @@ def _optuna_tables() -> set[str]:
     return rdb_tables() | {"alembic_version"}  # alembic: Optuna's schema migrations
 
 
-def _check_not_foreign(url: str, path: str, flag: str) -> None:
+def _check_not_foreign(url: StorageURL, path: str, flag: str) -> None:
     """A file that exists and holds anything but Optuna's data is the user's own: never add tables or lines
     to it (a new study gets a new file)."""
     if not os.path.isfile(path) or os.path.getsize(path) == 0:
         return
-    if url.startswith(JOURNAL_PREFIX):
+    if url.is_journal:
         with open(path, "rb") as f:
             first = f.readline(1 << 20)
         try:
@@ -189,7 +212,8 @@ def open_storage(url: str, create: bool = True, flag: str = "--storage") -> optu
     """Open the storage at url, or raise a one-line UserError naming `flag`. create=False (commands that
     read, or write only into an existing study) refuses a missing file and a file or database that is
     not Optuna's, and creates no table."""
-    path = local_path(url)
+    url = StorageURL(url)
+    path = url.path
     if path is not None:
         if not create:
             _check_study_file(url, path, flag)
@@ -198,14 +222,14 @@ def open_storage(url: str, create: bool = True, flag: str = "--storage") -> optu
         try:
             if parent:
                 os.makedirs(parent, exist_ok=True)
-            if url.startswith(JOURNAL_PREFIX):
+            if url.is_journal:
                 from optuna.storages.journal import JournalFileBackend
 
                 return optuna.storages.JournalStorage(JournalFileBackend(path))
             return _sqlite_storage(url, path)
         except (OSError, sqlite3.Error) as exc:
             raise UserError(f"{flag} {url}: cannot open {path}: {exc}") from None
-    if url.startswith(GRPC_PREFIX):  # creates nothing: the proxy made the tables; a study is made by create_study
+    if url.is_proxy:  # creates nothing: the proxy made the tables; a study is made by create_study
         return open_proxy(url, flag, stale_trial_callback=stale_trial_callback())
     scheme = url.split(":", 1)[0]
     if not scheme.startswith(("postgresql", "mysql")):
@@ -232,11 +256,11 @@ def open_storage(url: str, create: bool = True, flag: str = "--storage") -> optu
                         "check that the server runs, the host and port, the user, password and database name") from None
 
 
-def _check_study_file(url: str, path: str, flag: str) -> None:
+def _check_study_file(url: StorageURL, path: str, flag: str) -> None:
     """A file to read studies from exists and (SQLite) holds Optuna's tables; else one line, nothing made."""
     if not os.path.isfile(path):
         raise UserError(f"{flag} {url}: no such file {path}; `tuner studies` lists the studies")
-    if not url.startswith(JOURNAL_PREFIX) and not _has_optuna_schema(path):
+    if not url.is_journal and not _has_optuna_schema(path):
         raise UserError(f"{flag} {url}: {path} is not an Optuna study database; nothing was changed")
 
 
@@ -255,8 +279,9 @@ def open_for_reading(url: str, flag: str = "--storage") -> optuna.storages.BaseS
     deferred transactions (in WAL mode readers see the last commit and neither wait for nor block a
     writer; the tuner's own connections take the write lock up front). No table is created; a file whose
     schema is being made is opened once its maker is done (RDBStorage stamps its revision even here)."""
-    path = local_path(url)
-    if path is None or url.startswith(JOURNAL_PREFIX):
+    url = StorageURL(url)
+    path = url.path
+    if path is None or url.is_journal:
         return open_storage(url, create=False, flag=flag)
     _check_study_file(url, path, flag)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -272,7 +297,7 @@ def load_study(name: str, url: str, reading: bool = False) -> optuna.Study:
     """An existing study; a missing one is a one-line error and creates nothing."""
     check_study_name(name)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    path = local_path(url)
+    path = StorageURL(url).path
     if path is not None and not os.path.isfile(path):
         raise UserError(f"no study {name!r}: no such file {path}; `tuner studies` lists the studies")
     storage = open_for_reading(url) if reading else open_storage(url, create=False)
