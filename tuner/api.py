@@ -20,9 +20,9 @@ StorageArg = str | optuna.storages.BaseStorage | None  # a URL, or an Optuna sto
 
 
 def tune(model: str | None = None, study: str = "demo", **options) -> TuneResult:
-    """Run (or resume) a study; keyword options are those of TuneOptions (= `tuner tune` flags). As in Optuna,
+    """Run (or resume) a study; keyword options are TuneOptions.of's (= `tuner tune` flags). As in Optuna,
     sampler= takes a name or a sampler object, storage= a URL or a storage object (docs/studies.md#python)."""
-    return tune_study(TuneOptions(study=study, model=model, **options))
+    return tune_study(TuneOptions.of(study, model=model, **options))
 
 
 def load_study(study: str, storage: StorageArg = None) -> optuna.Study:

@@ -17,7 +17,7 @@ from tuner.winner.export_files import MANIFEST
 def url(tmp_path_factory, demo_path):
     tmp = tmp_path_factory.mktemp("export")
     url = f"sqlite:///{tmp}/s.db"
-    tune_study(TuneOptions(study="s", model=demo_path, storage=url, shapes=["x=2x64x256"], require="cos<=0.005", n_trials=1,
+    tune_study(TuneOptions.of(study="s", model=demo_path, storage=url, shapes=["x=2x64x256"], require="cos<=0.005", n_trials=1,
                      protocol=LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=1), progress=False,
                      quiet=True, top_k=1))
     return url

@@ -59,7 +59,7 @@ def test_a_local_worker_joins_with_the_parents_loaded_spec(demo_path, tmp_path, 
     monkeypatch.setattr(join_mod, "model_hash", lambda *a: counts_hash.update(["join hash"]) or real_hash(*a))
     opts = options(tmp_path, demo_path, n_trials=1, select=False)
     tune_study(opts)
-    problem = load_problem(demo_path, shapes=["x=2x64x256"], require="cos<=0.005", space_path=opts.space)
+    problem = load_problem(demo_path, shapes=["x=2x64x256"], require="cos<=0.005", space_path=opts.problem.space_path)
     counted.clear()
     ctx, _ = join_study(opts.storage_url, "s", worker=1, loaded=pickle.loads(pickle.dumps(problem.loaded)))
     assert counted == Counter() and counts_hash == Counter()

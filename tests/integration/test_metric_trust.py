@@ -45,7 +45,7 @@ def work(tmp_path, monkeypatch):
 
 
 def _create(work, **extra):
-    opts = TuneOptions(study="s", model=extra.pop("model"), storage=f"sqlite:///{work}/s.db", shapes=["x=2x64x256"],
+    opts = TuneOptions.of(study="s", model=extra.pop("model"), storage=f"sqlite:///{work}/s.db", shapes=["x=2x64x256"],
                        space=SMALL, require=f"cos<=1,{SPEC}<=1", **extra)
     return open_study(opts)
 
@@ -66,8 +66,8 @@ def test_a_study_pins_its_metric_and_a_joining_worker_runs_it_only_when_allowed(
     assert study_problem(load_study("s", url), [SPEC]).requirement.user_metrics() == [SPEC]
     # resuming without the metric on the command line: refused; with it (--allow-metric or --require): resumed
     with pytest.raises(UserError, match=f"add --allow-metric {SPEC}"):
-        open_study(TuneOptions(study="s", storage=url))
-    assert open_study(TuneOptions(study="s", storage=url, allow_metrics=[SPEC])).settings.metric_hashes == {SPEC: digest}
+        open_study(TuneOptions.of(study="s", storage=url))
+    assert open_study(TuneOptions.of(study="s", storage=url, allow_metrics=[SPEC])).settings.metric_hashes == {SPEC: digest}
     assert not (work / "imports.log").exists()  # nothing above imported the metric: it runs in a trial only
 
 
@@ -77,7 +77,7 @@ def test_a_changed_metric_file_or_a_rewritten_requirement_is_refused(work, demo_
     with pytest.raises(UserError, match=f"metric {SPEC}: the file here differs from the one the study 's' was made with"):
         join_study(url, "s", allow_metrics=[SPEC])
     with pytest.raises(UserError, match="or --force to go on with this one"):
-        open_study(TuneOptions(study="s", storage=url, allow_metrics=[SPEC]))
+        open_study(TuneOptions.of(study="s", storage=url, allow_metrics=[SPEC]))
     (work / "trusty.py").write_text(METRIC)
     # whoever writes the database names other code, with the hash of that code's file: allowed nowhere
     study = optuna.load_study(study_name="s", storage=url)

@@ -252,7 +252,7 @@ def test_calibration_ranges_are_stored_in_the_study_and_reused(work, tmp_path, d
     from tuner.store import cache
 
     (tmp_path / "static.yaml").write_text(STATIC_SPACE)
-    result = tune_study(TuneOptions(study="c", model=demo_path, storage=f"sqlite:///{tmp_path}/c.db",
+    result = tune_study(TuneOptions.of(study="c", model=demo_path, storage=f"sqlite:///{tmp_path}/c.db",
                               space=str(tmp_path / "static.yaml"),
                               shapes=["x=2x64x256"], seed=0, n_trials=2, enqueue=["precision=int8-static"], select=False,
                               protocol=LatencyProtocol(warmup=1, min_runs=3, max_runs=8, max_seconds=1), progress=False,

@@ -59,7 +59,7 @@ def _options(tmp, name, **kw):
                 space=str(tmp / "space.yaml"), require=f"cos<={LIMIT}", seed=0, protocol=FAST, progress=False,
                 quiet=True, top_k=2)
     base.update(kw)
-    return TuneOptions(**base)
+    return TuneOptions.of(**base)
 
 
 @pytest.fixture(scope="module")

@@ -40,7 +40,7 @@ def test_a_study_made_before_the_typed_settings_resumes_reports_and_exports(tmp_
     stored = load_study("old", url, reading=True).user_attrs[SETTINGS_ATTR]
     assert "schema" not in stored and "spec" in stored  # schema 1, as the old code wrote it
 
-    result = tune_study(TuneOptions(study="old", storage=url, n_trials=2, quiet=True, progress=False))
+    result = tune_study(TuneOptions.of(study="old", storage=url, n_trials=2, quiet=True, progress=False))
     assert result.trials_run == 2 and result.winner is not None
     study = load_study("old", url, reading=True)
     assert len(study.trials) == 4 and study.user_attrs[SETTINGS_ATTR]["schema"] == SCHEMA

@@ -44,7 +44,7 @@ def test_a_route_that_cannot_build_is_dropped_with_one_note_and_the_study_goes_o
                                                                                   capsys):
     (tmp_path / "space.yaml").write_text(TWO_ROUTES)
     storage = f"sqlite:///{tmp_path}/drop.db"
-    result = tune_study(TuneOptions(study="drop", model=masked_attention_path, storage=storage,
+    result = tune_study(TuneOptions.of(study="drop", model=masked_attention_path, storage=storage,
                               space=str(tmp_path / "space.yaml"),
                               require="cos<=0.5", seed=0, n_trials=3, protocol=FAST, progress=False, quiet=True,
                               select=False, **MASKED))
@@ -109,7 +109,7 @@ def openvino_study(tmp_path_factory):
         # The analysis skips the ranking of a route whose variants read clearly slower than fp32 (quick timing):
         # the demo's int8 reads close to its fp32, and a loaded machine tips it. Not what this tests.
         mp.setattr(rankings, "NOT_FASTER", float("inf"))
-        study = tune_study(TuneOptions(study="ov", model=planted, storage=storage, space=str(tmp / "space.yaml"),
+        study = tune_study(TuneOptions.of(study="ov", model=planted, storage=storage, space=str(tmp / "space.yaml"),
                                  shapes=["x=2x64x256"], require="cos<=0.002", seed=0, n_trials=2, protocol=FAST,
                                  progress=False, quiet=True, select=False)).study
     return study, storage

@@ -62,7 +62,7 @@ def test_a_route_without_per_layer_candidates_says_so(planted, capsys):
 def _study(tmp_path, planted, encoding, n_trials):
     space = tmp_path / f"{encoding}.yaml"
     space.write_text(SPACE.format(encoding=encoding))
-    return tune_study(TuneOptions(study=encoding, model=planted, storage=f"sqlite:///{tmp_path}/{encoding}.db",
+    return tune_study(TuneOptions.of(study=encoding, model=planted, storage=f"sqlite:///{tmp_path}/{encoding}.db",
                             space=str(space), shapes=["x=2x64x256"], require=REQUIRE, seed=0, n_trials=n_trials,
                             protocol=FAST, progress=False, quiet=True, select=False)).study
 

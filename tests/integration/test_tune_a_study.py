@@ -35,7 +35,7 @@ def options(tmp_path, model=None, **kw):
                 require="cos<=0.005", seed=0, protocol=FAST, progress=False, quiet=True, top_k=2,
                 space=independent_space(tmp_path) if model else None)
     base.update(kw)
-    return TuneOptions(**base)
+    return TuneOptions.of(**base)
 
 
 def trials(tmp_path, name="s"):
@@ -94,7 +94,7 @@ def test_study_finds_a_winner_and_resumes(demo_path, tmp_path):
     pids = [f["process"] for f in winner["finalists"]]
     assert len(set(pids)) == len(pids) >= 2 and os.getpid() not in pids
 
-    again = tune_study(TuneOptions(study="s", storage=opts.storage, n_trials=2, protocol=FAST, progress=False,
+    again = tune_study(TuneOptions.of(study="s", storage=opts.storage, n_trials=2, protocol=FAST, progress=False,
                              quiet=True, select=False))
     after = again.study.trials
     assert len(after) == 6
@@ -125,7 +125,7 @@ def test_force_cannot_change_the_model_or_the_data(tmp_path):
         tune_study(options(tmp_path, shapes=["x=4x64x256"], n_trials=1, force=True))
     write_demo_model(mine, outliers=0)  # the model file changed in place; the resume names no model
     with pytest.raises(UserError, match=r"changed since the study began \(model_hash differs\).*cannot change a study's model"):
-        tune_study(TuneOptions(study="s", storage=f"sqlite:///{tmp_path}/s.db", n_trials=1, force=True))
+        tune_study(TuneOptions.of(study="s", storage=f"sqlite:///{tmp_path}/s.db", n_trials=1, force=True))
     assert len(trials(tmp_path)) == 1
 
 

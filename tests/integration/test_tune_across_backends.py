@@ -31,7 +31,7 @@ def test_a_cpu_study_holds_both_backends_and_its_exported_winner_reproduces_its_
     space = tmp_path / "cpu.yaml"
     with open(os.path.join(SPACES_DIR, "cpu.yaml")) as f:
         space.write_text(f.read().replace("encoding: auto", "encoding: independent"))
-    result = tune_study(TuneOptions(study="cpu", model=demo_path, storage=f"sqlite:///{tmp_path}/cpu.db",
+    result = tune_study(TuneOptions.of(study="cpu", model=demo_path, storage=f"sqlite:///{tmp_path}/cpu.db",
                               space=str(space), shapes=["x=2x64x256"], require="cos<=0.005",
                               seed=0, n_trials=4, protocol=FAST, progress=False, quiet=True, top_k=3))
     study = result.study
@@ -132,7 +132,7 @@ def test_the_sensitivity_encoding_ranks_and_queues_the_openvino_float_set(tmp_pa
 
     planted = write_demo_model(str(tmp_path / "planted.onnx"), outliers=2)
     (tmp_path / "space.yaml").write_text(SENSITIVITY_SPACE)
-    study = tune_study(TuneOptions(study="sens", model=planted, storage=f"sqlite:///{tmp_path}/sens.db",
+    study = tune_study(TuneOptions.of(study="sens", model=planted, storage=f"sqlite:///{tmp_path}/sens.db",
                              space=str(tmp_path / "space.yaml"), shapes=["x=2x64x256"], require=REQUIRE, seed=0,
                              n_trials=3, protocol=FAST, progress=False, quiet=True, select=False)).study
     ranking = study.user_attrs["tuner_settings"]["rankings"]["ov_keep_float"]

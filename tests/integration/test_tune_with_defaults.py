@@ -35,7 +35,7 @@ ORT_SPACE = os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml")
 def options(tmp, name, model, **kw):
     base = dict(study=name, model=model, storage=f"sqlite:///{tmp}/{name}.db", shapes=["x=2x64x256"], space=ORT_SPACE,
                 require="cos<=0.0005", seed=0, protocol=FAST, progress=False, quiet=True, top_k=2)
-    return TuneOptions(**(base | kw))
+    return TuneOptions.of(**(base | kw))
 
 
 @pytest.fixture(scope="module")

@@ -116,8 +116,8 @@ def cmd_evaluate(args) -> int:
 
 
 def _tune_options(args) -> TuneOptions:
-    return TuneOptions(
-        study=args.study, model=args.model, storage=args.storage, space=args.space, data=args.data,
+    return TuneOptions.of(
+        args.study, model=args.model, storage=args.storage, space=args.space, data=args.data,
         calib_data=args.calib_data, shapes=args.shape, int_ranges=args.int_range, require=args.require,
         allow_metrics=args.allow_metric or [], ref_outputs=args.ref_outputs, in_flight=args.throughput,
         objectives=args.objectives, sampler=args.sampler, seed=args.seed, n_trials=args.n_trials, max_trials=args.max_trials,
@@ -264,9 +264,9 @@ def cmd_demo(args) -> int:
     model = write_demo_model(os.path.join(args.dir, "demo.onnx"), outliers=2)
     print(f"demo model (4 blocks, 2 with planted outlier features): {model}")
     storage = f"sqlite:///{os.path.join(args.dir, 'demo.db')}"
-    opts = TuneOptions(study="demo", model=model, storage=storage, shapes=["x=8x64x256"], require="cos<=0.005",
-                       n_trials=args.n_trials, seed=0, quiet=args.quiet, protocol=LatencyProtocol(max_seconds=3),
-                       force=True)
+    opts = TuneOptions.of("demo", model=model, storage=storage, shapes=["x=8x64x256"], require="cos<=0.005",
+                          n_trials=args.n_trials, seed=0, quiet=args.quiet, protocol=LatencyProtocol(max_seconds=3),
+                          force=True)
     result = tune_study(opts)
     for line in describe_result(result):
         print(line)

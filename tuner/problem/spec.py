@@ -34,9 +34,11 @@ from .space_backends import check_backends, check_opset
 
 @dataclass
 class ProblemSpec:
-    """What defines a problem, as given by the user: JSON-able, stored in a study, sent to child processes."""
+    """What defines a problem, as given by the user: JSON-able, stored in a study, sent to child processes. What a
+    call gives (tuner.run.options.TuneOptions.problem) is one too, a field left None where it was not given: on
+    resume the stored one holds."""
 
-    model_path: str
+    model_path: str | None = None
     space_path: str | None = None
     data: str | None = None
     calib_data: str | None = None

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import optuna
 
 from ..analysis.sensitivity import DEFAULT_BUDGET
 from ..measure.latency import LatencyProtocol
+from ..problem.spec import ProblemSpec
 from ..store.storage import StorageURL, study_url
 
 
@@ -16,16 +17,8 @@ class TuneOptions:
     """None means "not given": on resume, the stored setting holds."""
 
     study: str
-    model: str | None = None
+    problem: ProblemSpec = field(default_factory=ProblemSpec)  # the model, space, data, requirement... as given
     storage: str | optuna.storages.BaseStorage | None = None  # a URL; or, from the Python API, a storage object
-    space: str | None = None
-    data: str | None = None
-    calib_data: str | None = None
-    ref_outputs: str | None = None  # .npz of the training framework's outputs of --data: the reference (tuner.inputs.ref_outputs)
-    shapes: list[str] | None = None
-    int_ranges: list[str] | None = None
-    in_flight: int | None = None  # requests in flight at once while timing (--throughput); None: latency
-    require: str | list[str] | None = None
     allow_metrics: list[str] = field(default_factory=list)  # MODULE:FUNC a stored study may run (--allow-metric)
     objectives: str | None = None
     sampler: str | optuna.samplers.BaseSampler | None = None  # a name; or, from the Python API, a sampler object
@@ -62,12 +55,25 @@ class TuneOptions:
     def sampler_object(self) -> optuna.samplers.BaseSampler | None:
         return self.sampler if isinstance(self.sampler, optuna.samplers.BaseSampler) else None
 
+    @classmethod
+    def of(cls, study: str, **names) -> TuneOptions:
+        """Options by the names `tuner tune` and `tuner.tune(...)` take: the problem's inputs (model, space, data,
+        calib_data, ref_outputs, shapes, int_ranges, in_flight, require: a str or several) go into `problem`, by
+        ProblemSpec's field names; the rest are this class's fields."""
+        inputs = {GIVEN_AS.get(k, k): names.pop(k) for k in list(names) if GIVEN_AS.get(k, k) in INPUTS}
+        if isinstance(inputs.get("require"), list):  # --require given several times: one requirement of all bounds
+            inputs["require"] = ", ".join(inputs["require"])
+        return cls(study=study, problem=ProblemSpec(**inputs), **names)
+
     def given(self) -> dict:
-        """The settings given on this call, by the names search.settings.given_settings takes (it checks them)."""
-        return {"model": self.model, "space": self.space, "data": self.data, "calib_data": self.calib_data,
-                "shapes": self.shapes, "int_ranges": self.int_ranges, "require": self.require,
-                "objectives": self.objectives, "sampler": self.sampler, "seed": self.seed, "timing": self.timing,
-                "ref_outputs": self.ref_outputs, "in_flight": self.in_flight}
+        """The settings given on this call, as search.settings.given_settings takes them (it checks them)."""
+        return {"inputs": self.problem, "objectives": self.objectives, "sampler": self.sampler, "seed": self.seed,
+                "timing": self.timing}
+
+
+GIVEN_AS = {"model": "model_path", "space": "space_path"}  # the user's names of ProblemSpec's fields, where they differ
+# What a user gives of a problem; the others are the loader's (batches, the model's hash as validated)
+INPUTS = {f.name for f in fields(ProblemSpec)} - {"model_hash", "n_batches", "n_calib"}
 
 
 def trials_log(study: str, engines: str) -> str:

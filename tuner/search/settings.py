@@ -134,25 +134,27 @@ def object_name(sampler: optuna.samplers.BaseSampler) -> str:
     return f"{OBJECT_PREFIX}{module}.{cls.__qualname__}"
 
 
-def given_settings(model=None, space=None, data=None, calib_data=None, shapes=None, int_ranges=None, require=None,
-                   objectives=None, sampler=None, seed=None, timing=None, ref_outputs=None, in_flight=None) -> dict:
-    """The settings the user gave on this call, by their stored names and in their typed form (a parsed
-    Requirement, Objectives, Timing), checked (None or empty: not given)."""
+def given_settings(inputs: ProblemSpec | None = None, objectives=None, sampler=None, seed=None, timing=None) -> dict:
+    """The settings the user gave on this call (inputs: the problem's, as given), by their stored names and in
+    their typed form (a parsed Requirement, Objectives, Timing), checked (None or empty: not given)."""
+    inputs = inputs or ProblemSpec()
     given: dict = {}
-    if model:
-        check_input_file(model, "model", "pass the path of an .onnx file")
-        given["model_path"] = _abs(model)
-        given["model_hash"] = model_hash(model)
-    if space:
-        given["space_path"] = _abs(space_file(space))
-    for name, value in (("data", _abs(data)), ("calib_data", _abs(calib_data)), ("shapes", shapes),
-                        ("int_ranges", int_ranges), ("ref_outputs", _abs(ref_outputs))):
-        if value:
-            given[name] = value
-    if in_flight is not None:
-        given["in_flight"] = check_in_flight(in_flight) if in_flight != 1 else None
-    if require:
-        given["requirement"] = Requirement.parse(require)
+    if inputs.model_path:
+        check_input_file(inputs.model_path, "model", "pass the path of an .onnx file")
+        given["model_path"] = _abs(inputs.model_path)
+        given["model_hash"] = model_hash(inputs.model_path)
+    if inputs.space_path:
+        given["space_path"] = _abs(space_file(inputs.space_path))
+    for name in ("data", "calib_data", "ref_outputs"):  # files: stored absolute, a resume may run elsewhere
+        if getattr(inputs, name):
+            given[name] = _abs(getattr(inputs, name))
+    for name in ("shapes", "int_ranges"):
+        if getattr(inputs, name):
+            given[name] = getattr(inputs, name)
+    if inputs.in_flight is not None:
+        given["in_flight"] = check_in_flight(inputs.in_flight) if inputs.in_flight != 1 else None
+    if inputs.require:
+        given["requirement"] = Requirement.parse(inputs.require)
     if objectives:
         given["objectives"] = _choice("--objectives", objectives, Objectives)
     if isinstance(sampler, optuna.samplers.BaseSampler):  # the Python API's object: stored by its class

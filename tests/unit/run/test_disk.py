@@ -6,7 +6,7 @@ MB = 1_000_000
 
 
 def _opts(**kw) -> TuneOptions:
-    return TuneOptions(**({"study": "s", "model": "m.onnx", "n_trials": 60, "top_k": 3} | kw))
+    return TuneOptions.of(**({"study": "s", "model": "m.onnx", "n_trials": 60, "top_k": 3} | kw))
 
 
 def test_the_engines_a_study_holds_follow_what_it_keeps():

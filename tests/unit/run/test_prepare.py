@@ -14,7 +14,7 @@ from tuner.run.prepare import open_study
     ("latency,error", "paired", ["latency_relative_to_baseline", "error"])])
 def test_a_new_study_names_its_objectives(objectives, timing, names, demo_path, tmp_path):
     small = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")  # no per-layer ranking: nothing is built here
-    ctx = open_study(TuneOptions(study="s", model=demo_path, storage=f"sqlite:///{tmp_path}/s.db", shapes=["x=2x64x256"],
+    ctx = open_study(TuneOptions.of(study="s", model=demo_path, storage=f"sqlite:///{tmp_path}/s.db", shapes=["x=2x64x256"],
                                  objectives=objectives, timing=timing, space=small))
     assert ctx.study.metric_names == names
     assert list(ctx.settings.notes) == ctx.problem.notes and len(ctx.settings.notes) == 2
@@ -28,7 +28,7 @@ def test_a_study_another_process_creates_meanwhile_is_joined(demo_path, tmp_path
     from tuner.run import prepare
 
     small = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")
-    opts = TuneOptions(study="s", model=demo_path, storage=f"sqlite:///{tmp_path}/s.db", shapes=["x=2x64x256"],
+    opts = TuneOptions.of(study="s", model=demo_path, storage=f"sqlite:///{tmp_path}/s.db", shapes=["x=2x64x256"],
                        space=small)
     real = prepare.create_or_resume
     others = []
@@ -56,7 +56,7 @@ def test_a_refused_input_removes_no_database_another_process_made(demo_path, tmp
 
     path = tmp_path / "s.db"
     small = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")
-    other = TuneOptions(study="other", model=demo_path, storage=f"sqlite:///{path}", shapes=["x=2x64x256"], space=small)
+    other = TuneOptions.of(study="other", model=demo_path, storage=f"sqlite:///{path}", shapes=["x=2x64x256"], space=small)
     real = prepare._open_study
 
     def refused_after_another_made_a_study(opts, joined=False, defer_analysis=False):
@@ -65,7 +65,7 @@ def test_a_refused_input_removes_no_database_another_process_made(demo_path, tmp
 
     monkeypatch.setattr(prepare, "_open_study", refused_after_another_made_a_study)
     with pytest.raises(UserError):
-        open_study(TuneOptions(study="s", model=demo_path, storage=f"sqlite:///{path}"))
+        open_study(TuneOptions.of(study="s", model=demo_path, storage=f"sqlite:///{path}"))
     assert optuna.load_study(study_name="other", storage=f"sqlite:///{path}") is not None
 
     def refused(opts, joined=False, defer_analysis=False):  # after the storage made the file, as a refused model is
@@ -75,5 +75,5 @@ def test_a_refused_input_removes_no_database_another_process_made(demo_path, tmp
 
     monkeypatch.setattr(prepare, "_open_study", refused)
     with pytest.raises(UserError):
-        open_study(TuneOptions(study="s", model=demo_path, storage=f"sqlite:///{tmp_path}/new/s.db"))
+        open_study(TuneOptions.of(study="s", model=demo_path, storage=f"sqlite:///{tmp_path}/new/s.db"))
     assert not os.path.exists(tmp_path / "new")

@@ -14,6 +14,7 @@ from tuner.errors import UserError
 from tuner.inputs.model import model_hash
 from tuner.inputs.space import DEFAULT_SPACE, SPACES_DIR
 from tuner.measure.requirement import Requirement
+from tuner.run.options import TuneOptions
 from tuner.search.choices import Objectives, Timing
 from tuner.search.settings import (
     SCHEMA,
@@ -28,6 +29,11 @@ from tuner.search.settings import (
 )
 
 SMALL = os.path.join(SPACES_DIR, "onnxruntime-cpu-small.yaml")
+
+
+def given_by_name(**names) -> dict:
+    """given_settings of what a call gives by the user's names (`tuner tune`'s flags, tuner.tune's keywords)."""
+    return given_settings(**TuneOptions.of("s", **names).given())
 
 
 def write_model(path, scale: float = 1.0) -> str:
@@ -57,12 +63,12 @@ def work(tmp_path, monkeypatch):
 ])
 def test_given_settings_refuse_what_means_nothing(kwargs, message, work):
     with pytest.raises(UserError) as e:
-        given_settings(**kwargs)
+        given_by_name(**kwargs)
     assert str(e.value).startswith(message), str(e.value)
 
 
 def test_given_settings_are_stored_normalised_with_absolute_paths(work):
-    given = given_settings(model="m.onnx", space="space.yaml", data="val.npz", calib_data="cal.npz",
+    given = given_by_name(model="m.onnx", space="space.yaml", data="val.npz", calib_data="cal.npz",
                            shapes=["x=1"], int_ranges=["ids=0:9"], require="cos <= 0.0050 and rel_l2<=1e-2",
                            objectives="latency", sampler="fast", seed=0, timing="alone")
     assert given == {"model_path": str(work / "m.onnx"), "model_hash": model_hash(str(work / "m.onnx")),
@@ -70,15 +76,15 @@ def test_given_settings_are_stored_normalised_with_absolute_paths(work):
                      "calib_data": str(work / "cal.npz"), "shapes": ["x=1"], "int_ranges": ["ids=0:9"],
                      "requirement": Requirement.parse("cos<=0.005,rel_l2<=0.01"), "objectives": Objectives.LATENCY,
                      "sampler": "fast", "seed": 0, "timing": Timing.ALONE}
-    assert given_settings(ref_outputs="ref.npz") == {"ref_outputs": str(work / "ref.npz")}
-    assert given_settings() == {}  # nothing given: nothing to merge
-    assert given_settings(seed=None, shapes=[], require="") == {}
+    assert given_by_name(ref_outputs="ref.npz") == {"ref_outputs": str(work / "ref.npz")}
+    assert given_by_name() == {}  # nothing given: nothing to merge
+    assert given_by_name(seed=None, shapes=[], require="") == {}
 
 
 def test_a_new_study_needs_the_model_and_takes_the_defaults(work):
     with pytest.raises(UserError, match=r"^a new study needs the model: tuner tune MODEL.onnx --study NAME$"):
-        new_settings(given_settings(require="cos<=0.005"))
-    settings = new_settings(given_settings(model="m.onnx"))
+        new_settings(given_by_name(require="cos<=0.005"))
+    settings = new_settings(given_by_name(model="m.onnx"))
     assert {k: settings.to_attrs()[k] for k in ("space_path", "data", "calib_data", "shapes", "int_ranges", "require",
                                                 "objectives", "sampler", "seed", "created_with", "timing")} == {
         "space_path": DEFAULT_SPACE, "data": None, "calib_data": None, "shapes": None, "int_ranges": None,
@@ -87,35 +93,35 @@ def test_a_new_study_needs_the_model_and_takes_the_defaults(work):
     assert settings.space_hash == file_hash(DEFAULT_SPACE) and settings.requirement == Requirement(())
     assert settings.model_hash == model_hash(str(work / "m.onnx")) and settings.spec.require == ""
     assert settings.created_at > 0
-    mine = new_settings(given_settings(model="m.onnx", space="space.yaml", sampler="random", require="cos<=0.01"))
+    mine = new_settings(given_by_name(model="m.onnx", space="space.yaml", sampler="random", require="cos<=0.01"))
     assert mine.space_path == str(work / "space.yaml") and mine.space_hash == file_hash("space.yaml")
     assert mine.sampler == "random" and mine.spec.require == "cos<=0.01"  # the text child processes load
     assert mine.spec.model_path == str(work / "m.onnx") and mine.spec.space_path == str(work / "space.yaml")
 
 
 def _stored(work) -> StudySettings:
-    return new_settings(given_settings(model="m.onnx", space="space.yaml", require="cos<=0.005", seed=1))
+    return new_settings(given_by_name(model="m.onnx", space="space.yaml", require="cos<=0.005", seed=1))
 
 
 def test_a_resume_keeps_what_is_stored_and_refuses_a_different_setting_without_force(work):
     stored = _stored(work)
     assert merge_settings("s", stored, {}, force=False) == stored
-    assert merge_settings("s", stored, given_settings(require="cos<=0.005", seed=1), force=False) == stored
+    assert merge_settings("s", stored, given_by_name(require="cos<=0.005", seed=1), force=False) == stored
     with pytest.raises(UserError) as e:
-        merge_settings("s", stored, given_settings(require="cos<=0.01"), force=False)
+        merge_settings("s", stored, given_by_name(require="cos<=0.01"), force=False)
     assert str(e.value) == ("study 's' was created with require='cos<=0.005', not 'cos<=0.01'; use another --study "
                             "name, or --force to change the study's settings")
     with pytest.raises(UserError, match="created with seed=1, not 2"):
-        merge_settings("s", stored, given_settings(seed=2), force=False)
+        merge_settings("s", stored, given_by_name(seed=2), force=False)
 
 
 def test_force_changes_a_setting_and_a_new_space_file_is_hashed_again(work):
     stored = _stored(work)
-    merged = merge_settings("s", stored, given_settings(require="cos<=0.01", sampler="random"), force=True)
+    merged = merge_settings("s", stored, given_by_name(require="cos<=0.01", sampler="random"), force=True)
     assert merged.to_attrs() == stored.to_attrs() | {"require": "cos<=0.01", "sampler": "random"}
     assert str(stored.requirement) == "cos<=0.005"  # frozen: the stored settings are not changed in place
     (work / "other.yaml").write_text(open(SMALL).read() + "# another space\n")
-    merged = merge_settings("s", stored, given_settings(space="other.yaml"), force=True)
+    merged = merge_settings("s", stored, given_by_name(space="other.yaml"), force=True)
     assert merged.space_path == str(work / "other.yaml")
     assert merged.space_hash == file_hash("other.yaml") != stored.space_hash
 
@@ -125,7 +131,7 @@ def test_another_model_is_refused_even_with_force(work):
     other = write_model(work / "other.onnx", scale=2.0)
     for force in (False, True):
         with pytest.raises(UserError) as e:
-            merge_settings("s", stored, given_settings(model=other), force=force)
+            merge_settings("s", stored, given_by_name(model=other), force=force)
         msg = str(e.value)
         assert msg.startswith(f"study 's' was made for another model ({work / 'm.onnx'}, model_hash "
                               f"{stored.model_hash}; this one is {model_hash(other)})")
@@ -136,7 +142,7 @@ def test_the_same_model_moved_elsewhere_is_accepted_and_the_stored_path_kept(wor
     stored = _stored(work)
     (work / "moved").mkdir()
     shutil.copy(work / "m.onnx", work / "moved" / "renamed.onnx")
-    merged = merge_settings("s", stored, given_settings(model="moved/renamed.onnx"), force=False)
+    merged = merge_settings("s", stored, given_by_name(model="moved/renamed.onnx"), force=False)
     assert merged == stored  # the model's path is not a setting that differs
 
 
@@ -188,14 +194,14 @@ def test_a_space_file_s_hash_is_the_first_16_hex_of_its_sha256(work):
 
 
 def test_the_timing_of_a_study_never_changes(work):
-    stored = merge_settings("s", _stored(work), given_settings(timing="paired"), force=True)
+    stored = merge_settings("s", _stored(work), given_by_name(timing="paired"), force=True)
     for force in (False, True):
         with pytest.raises(UserError, match="times its candidates paired, not alone.*--force cannot change it"):
-            merge_settings("s", stored, given_settings(timing="alone"), force=force)
+            merge_settings("s", stored, given_by_name(timing="alone"), force=force)
 
 
 def test_settings_round_trip_through_the_stored_form(work):
-    settings = merge_settings("s", _stored(work), given_settings(timing="paired", objectives="latency"), force=True)
+    settings = merge_settings("s", _stored(work), given_by_name(timing="paired", objectives="latency"), force=True)
     attrs = settings.to_attrs()
     assert attrs["schema"] == SCHEMA and "spec" not in attrs  # one copy of the problem spec, flat
     assert attrs["require"] == "cos<=0.005" and attrs["timing"] == "paired" and attrs["objectives"] == "latency"
@@ -233,6 +239,11 @@ def test_reports_read_any_study():
 def test_a_refused_setting_is_named_by_its_flag_and_its_stored_value_as_the_user_writes_it(work):
     stored = _stored(work)
     with pytest.raises(UserError, match=r"^study 's' was created with objectives='latency,error', not 'latency'; "):
-        merge_settings("s", stored, given_settings(objectives="latency"), force=False)
+        merge_settings("s", stored, given_by_name(objectives="latency"), force=False)
     with pytest.raises(UserError, match=r"^study 's' was created with require='cos<=0.005', not 'cos<=0.01'; "):
-        merge_settings("s", stored, given_settings(require="cos<=0.01"), force=False)
+        merge_settings("s", stored, given_by_name(require="cos<=0.01"), force=False)
+
+
+def test_require_given_several_times_is_one_requirement_of_all_bounds(work):
+    got = given_by_name(require=["cos<=0.01", "rel_l2<=0.1"])["requirement"]
+    assert got == Requirement.parse("cos<=0.01, rel_l2<=0.1") and len(got.bounds) == 2
