@@ -3,6 +3,8 @@ computes in (a trial's or the winner's `precision`, tuner.backends.base.engine_p
 against each installed runtime's own defaults timed in the same selection (the winner's `vs_defaults`)."""
 from __future__ import annotations
 
+from ..search.record import Winner
+
 # The runtimes' names as a user knows them.
 RUNTIMES = {"onnxruntime": "ONNX Runtime", "onnxruntime-gpu": "ONNX Runtime (GPU)", "openvino": "OpenVINO",
             "tensorrt": "TensorRT"}
@@ -56,21 +58,18 @@ def kept_in_float(count: int, precision: dict | None) -> str:
     return f"{count} nodes kept in float" + (f" ({floats} here)" if count and floats and floats != "fp32" else "")
 
 
-def vs_defaults_text(winner: dict) -> str:
+def vs_defaults_text(winner: Winner) -> str:
     """"1.11x OpenVINO's defaults, 4.23x ONNX Runtime's (timed side by side)", closest runtime first; ""
     for a winner selected before selection timed the runtimes' defaults."""
-    vs, rows = winner.get("vs_defaults") or {}, winner.get("defaults") or {}
-    if not vs and not rows:
-        return ""
+    timed = sorted(((name, d) for name, d in winner.defaults.items() if d.speedup is not None),
+                   key=lambda nd: nd[1].speedup)
     parts = []
-    for i, (name, up) in enumerate(sorted(vs.items(), key=lambda kv: kv[1])):
-        row = rows.get(name) or {}
-        notes = (["the winner is them"] if row.get("trial") is not None and row.get("trial") == winner.get("trial")
-                 else []) + ([] if row.get("feasible", True) else ["they fail the requirement"])
-        parts.append(f"{up:.2f}x {runtime_name(name)}'s" + (" defaults" if i == 0 else "")
+    for i, (name, d) in enumerate(timed):
+        notes = (["the winner is them"] if d.trial is not None and d.trial == winner.trial else []) + (
+            [] if d.feasible else ["they fail the requirement"])
+        parts.append(f"{d.speedup:.2f}x {runtime_name(name)}'s" + (" defaults" if i == 0 else "")
                      + (f" ({'; '.join(notes)})" if notes else ""))
-    failed = [f"{runtime_name(name)}'s defaults did not build ({row['error']})"
-              for name, row in rows.items() if row.get("error")]
+    failed = [f"{runtime_name(name)}'s defaults did not build ({d.error})" for name, d in winner.defaults.items() if d.error]
     text = ", ".join(parts) + (" (timed side by side)" if parts else "")
     return "; ".join(x for x in [text, *failed] if x)
 
@@ -118,9 +117,9 @@ def workload_lines(figures: list[dict] | None, indent: str = "  ") -> list[str]:
     return lines
 
 
-def not_deployed_lines(winner: dict) -> list[str]:
+def not_deployed_lines(winner: Winner) -> list[str]:
     """One line per finalist that won side by side but ran slower than the baseline alone (not the winner)."""
-    return [f"trial {n['trial']} read {n['claimed_speedup']:.2f}x the baseline side by side but "
-            f"{n['deployed']['speedup']:.2f}x [95% {n['deployed']['speedup_low']:.2f}-{n['deployed']['speedup_high']:.2f}] "
+    return [f"trial {n.trial} read {n.claimed_speedup:.2f}x the baseline side by side but "
+            f"{n.deployed['speedup']:.2f}x [95% {n.deployed['speedup_low']:.2f}-{n.deployed['speedup_high']:.2f}] "
             "deployed alone: slower than the defaults it would replace, so not the winner"
-            for n in winner.get("not_deployed") or [] if n.get("claimed_speedup")]
+            for n in winner.not_deployed if n.claimed_speedup]

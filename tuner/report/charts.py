@@ -193,14 +193,14 @@ def confirmed_points(view: StudyView) -> list[tuple[FrozenTrial, float, bool]]:
     the same engine timed beside the others."""
     out = []
     for f in view.winner.finalists if view.winner else []:
-        t = view.trial(f["trial"])
+        t = view.trial(f.trial)
         if t is None or t.state != TrialState.COMPLETE:
             continue
-        rel = f.get("relative")
+        rel = f.relative
         if view.paired and rel:
             value, low, high = rel["ratio"], rel["ci_low"], rel["ci_high"]
         elif not view.paired:
-            value, low, high = f["median_ms"], f["ci_low_ms"], f["ci_high_ms"]
+            value, low, high = f.median_ms, f.ci_low_ms, f.ci_high_ms
         else:
             continue
         search = view.latency(t)

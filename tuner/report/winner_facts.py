@@ -51,7 +51,7 @@ def winner_facts(stored: StoredStudy, study: str, names: bool = False) -> list[F
     if w.busy:
         facts.append(Fact("warning", f"the winner was chosen while other processes used {w.load['other_cores']:.1f} "
                                      f"cores; run `tuner select --study {study}` again on a quiet machine"))
-    rows = finalist_rows(w.stored)
+    rows = finalist_rows(w)
     if any(label != "tie" for label, _ in rows):
         facts.append(Fact("finalists", FINALISTS_HEAD, f"finalists, {FINALISTS_HEAD}:"))
     facts += [Fact(f"finalist {label}", text, f"  {label:10s} {text}") for label, text in rows if label != "tie"]
@@ -59,8 +59,8 @@ def winner_facts(stored: StoredStudy, study: str, names: bool = False) -> list[F
     deployed = deployed_text(w.deployed, w.speedup)
     if deployed:
         facts.append(Fact("deployment check", deployed, f"winner {deployed}"))
-    facts += [Fact("not the winner", line, line) for line in not_deployed_lines(w.stored)]
-    against = vs_defaults_text(w.stored)
+    facts += [Fact("not the winner", line, line) for line in not_deployed_lines(w)]
+    against = vs_defaults_text(w)
     if against:
         facts.append(Fact(AGAINST_DEFAULTS, against))
     if w.verify:

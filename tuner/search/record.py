@@ -235,10 +235,61 @@ class StoredTrial:
 
 
 @dataclass(frozen=True)
+class Finalist:
+    """One finalist of a selection as the winner's record keeps it (tuner.winner.select._decide): its side-by-side
+    latency, its ratio to the baseline in the same blocks (RelativeLatency.to_dict(); None where it was not timed in
+    blocks with one), and what it is."""
+
+    trial: int
+    feasible: bool  # passed the accuracy re-check
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    ci_low_ms: float
+    ci_high_ms: float
+    relative: dict[str, Any] | None
+    baseline: bool
+    defaults: str | None  # the runtime whose defaults it is
+    choices: int | None  # choices off the space's defaults (simplest_among_ties)
+
+    @classmethod
+    def from_stored(cls, d: dict[str, Any]) -> Finalist:
+        return cls(trial=d["trial"], feasible=bool(d.get("feasible")), median_ms=d["median_ms"], p10_ms=d["p10_ms"],
+                   p90_ms=d["p90_ms"], ci_low_ms=d["ci_low_ms"], ci_high_ms=d["ci_high_ms"], relative=d.get("relative"),
+                   baseline=bool(d.get("baseline")), defaults=d.get("defaults"), choices=d.get("choices"))
+
+
+@dataclass(frozen=True)
+class Tie:
+    """The finalists that tied the fastest within noise, of which the simplest won (select.simplest_among_ties)."""
+
+    fastest: int
+    trials: list[int]
+
+
+@dataclass(frozen=True)
+class RuntimeDefaults:
+    """An installed runtime's defaults as selection timed them beside the winner (select.against_defaults)."""
+
+    trial: int | None  # the trial that measured them; None: built at selection only
+    feasible: bool
+    error: str | None  # why they did not build
+    speedup: float | None  # the winner's over them, side by side
+
+
+@dataclass(frozen=True)
+class NotDeployed:
+    """A finalist that won side by side but ran slower than the baseline deployed alone: not the winner."""
+
+    trial: int
+    claimed_speedup: float | None
+    deployed: dict[str, Any]  # the deployment check's figures (execute.timing.deployed_over)
+
+
+@dataclass(frozen=True)
 class Winner:
-    """The winner selection confirmed (tuner.winner.select), as stored in the study (WINNER_ATTR): the fields
-    every view reads, typed; `stored` is the whole record, for the parts one view reads (the finalists, the
-    tie, the runtimes' defaults: report/finalists.py, report/as_run.py)."""
+    """The winner selection confirmed (tuner.winner.select), as stored in the study (WINNER_ATTR), typed for the
+    views (report/winner_facts.py renders it); `stored` is the whole record, as export and verify write it on."""
 
     trial: int
     config: dict[str, Any]
@@ -253,7 +304,11 @@ class Winner:
     load: dict[str, Any] | None
     deployed: dict[str, Any] | None  # the deployment check: each engine alone in fresh processes
     verify: dict[str, Any] | None  # `tuner verify`'s figures, once it ran
-    finalists: list[dict[str, Any]]  # each finalist's side-by-side figures (report/finalists.py)
+    finalists: list[Finalist]  # each finalist's side-by-side figures (report/finalists.py)
+    tie: Tie | None
+    tie_ruled: bool  # selected under the simplest-among-ties rule (a winner stored before it has no "tie")
+    defaults: dict[str, RuntimeDefaults]  # per installed runtime; {} for a winner selected before they were timed
+    not_deployed: list[NotDeployed]
     stored: dict[str, Any]
 
     @classmethod
@@ -264,12 +319,22 @@ class Winner:
                    confirmed_relative=d.get("confirmed_relative"), speedup=d.get("speedup"),
                    baseline_latency=d.get("baseline_latency"), precision=d.get("precision"),
                    confirmed_workload=d.get("confirmed_workload"), load=d.get("load"), deployed=d.get("deployed"),
-                   verify=d.get("verify"), finalists=d.get("finalists") or [], stored=d)
+                   verify=d.get("verify"), finalists=[Finalist.from_stored(f) for f in d.get("finalists") or []],
+                   tie=Tie(**d["tie"]) if d.get("tie") else None, tie_ruled="tie" in d, defaults=_runtime_defaults(d),
+                   not_deployed=[NotDeployed(n["trial"], n.get("claimed_speedup"), n["deployed"])
+                                 for n in d.get("not_deployed") or []], stored=d)
 
     @property
     def busy(self) -> bool:
         """Chosen while other processes kept the machine busy."""
         return bool((self.load or {}).get("busy"))
+
+
+def _runtime_defaults(d: dict[str, Any]) -> dict[str, RuntimeDefaults]:
+    """Per runtime, its timed row ("defaults") with the winner's speedup over it ("vs_defaults"), in stored order."""
+    vs, rows = d.get("vs_defaults") or {}, d.get("defaults") or {}
+    return {name: RuntimeDefaults(row.get("trial"), bool(row.get("feasible", True)), row.get("error"), vs.get(name))
+            for name in [*rows, *(n for n in vs if n not in rows)] for row in [rows.get(name) or {}]}
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from ..inputs.model import shape_text
 from ..problem.spec import Problem
 from ..report.as_run import deployed_text, precision_text, vs_defaults_text
 from ..search.reading import CheckedStudy
-from ..search.record import StoredStudy
+from ..search.record import StoredStudy, Winner
 from ..store.artifacts import check_files, engine_of, fetch_engine, note, resolve_store
 from .export_files import check_out_dir, install, staging_dir
 
@@ -110,7 +110,7 @@ def _export_report(study: optuna.Study, problem: Problem, chosen: dict, kind: st
         "precision_text": precision_text(chosen["config"], precision),
         # the winner over each installed runtime's defaults, timed side by side in the same selection
         "vs_defaults": chosen.get("vs_defaults"),
-        "vs_defaults_text": vs_defaults_text(chosen) or None,
+        "vs_defaults_text": vs_defaults_text(Winner.from_attrs(chosen)) or None,
         "runtime_defaults": chosen.get("defaults"),
         # the deployment check: the winner and the baseline each alone in several fresh processes
         "deployed": chosen.get("deployed"),

@@ -5,6 +5,7 @@ from memory_studies import stats, winner
 
 from tuner.report.finalists import finalist_rows
 from tuner.run.tune import TuneResult, describe_result
+from tuner.search.record import Winner
 
 
 def test_tune_and_select_show_the_finalists_and_a_tie_within_noise():
@@ -28,10 +29,10 @@ def test_tune_and_select_show_the_finalists_and_a_tie_within_noise():
 def test_no_tie_is_claimed_when_the_cis_are_apart():
     finalists = [{"trial": 7, "baseline": False, "feasible": True} | stats(3.00, 0.05),
                  {"trial": 0, "baseline": True, "feasible": True} | stats(3.60, 0.05)]
-    rows = finalist_rows(winner(finalists, 7))
+    rows = finalist_rows(Winner.from_attrs(winner(finalists, 7)))
     assert [label for label, _ in rows] == ["trial 7", "trial 0"]
     finalists[1] = finalists[1] | stats(3.04, 0.05)
-    label, text = finalist_rows(winner(finalists, 7))[-1]
+    label, text = finalist_rows(Winner.from_attrs(winner(finalists, 7)))[-1]
     assert label == "tie" and "(the baseline)" in text
 
 
@@ -71,10 +72,10 @@ def test_a_winner_selected_before_says_neither_and_a_runtime_that_failed_says_wh
     assert not any(line.startswith("winner against") for line in lines)
     from tuner.report.as_run import vs_defaults_text
 
-    text = vs_defaults_text({"trial": 1, "vs_defaults": {"openvino": 1.0, "onnxruntime": 0.8},
+    text = vs_defaults_text(Winner.from_attrs({"trial": 1, "vs_defaults": {"openvino": 1.0, "onnxruntime": 0.8},
                              "defaults": {"openvino": {"trial": 1, "feasible": True},
                                           "onnxruntime": {"trial": None, "feasible": False},
-                                          "tensorrt": {"trial": None, "error": "UserError: no GPU"}}})
+                                          "tensorrt": {"trial": None, "error": "UserError: no GPU"}}}))
     assert text == ("0.80x ONNX Runtime's defaults (they fail the requirement), 1.00x OpenVINO's (the winner is them) "
                     "(timed side by side); TensorRT's defaults did not build (UserError: no GPU)")
 

@@ -2,6 +2,7 @@
 defaults, and the tie line that says so (no engine is built)."""
 from tuner.inputs.space import load_space
 from tuner.report.finalists import finalist_rows
+from tuner.search.record import Winner
 from tuner.winner.select import choices_off_defaults, simplest_among_ties
 
 
@@ -67,11 +68,11 @@ def test_the_tie_line_says_the_simplest_won():
                  {"trial": 0, "baseline": True, "feasible": True, "choices": 0,
                   "relative": {"ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0}} | _stats(4.0)]
     winner = {"trial": 12, "finalists": finalists, "tie": {"fastest": 7, "trials": [7]}}
-    tie = [text for label, text in finalist_rows(winner) if label == "tie"]
+    tie = [text for label, text in finalist_rows(Winner.from_attrs(winner)) if label == "tie"]
     assert len(tie) == 1
     assert ("trial 12 ties trial 7 within noise" in tie[0] and "trial 7 read fastest" in tie[0]
             and "the simplest of them wins, with 2 choices off the defaults (trial 7: 6)" in tie[0]), tie
-    assert not any(label == "tie" for label, _ in finalist_rows(winner | {"tie": None}))
+    assert not any(label == "tie" for label, _ in finalist_rows(Winner.from_attrs(winner | {"tie": None})))
 
 
 def test_intervals_that_touch_tie():
