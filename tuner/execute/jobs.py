@@ -58,10 +58,13 @@ class OutOfTime(Exception):
     """The evaluator's deadline passed: no job starts (the study's --timeout, during its analysis)."""
 
 
+# What every job gets of its problem: the parent's LoadedSpec (trusted), or a ProblemSpec's fields (loaded and checked)
+JobSpec = LoadedSpec | dict
+
 _LOADED: dict[str, Problem] = {}  # a persistent child keeps its problem (model, data, reference) loaded
 
 
-def loaded_problem(spec: LoadedSpec | dict, cache_dir: str) -> Problem:
+def loaded_problem(spec: JobSpec, cache_dir: str) -> Problem:
     """The problem of a job: a LoadedSpec (the parent's, trusted: no requirement parsed, no model hashed, no space
     checked here) or a spec's fields (a script's: loaded and checked), kept loaded for the next job of this child."""
     os.environ[cache.CACHE_ENV] = cache_dir  # the forkserver's environment may predate the caller's
@@ -72,7 +75,7 @@ def loaded_problem(spec: LoadedSpec | dict, cache_dir: str) -> Problem:
     return _LOADED[key]
 
 
-def build_job(spec: dict, cache_dir: str, config: dict, out_dir: str, limit_ms: float | None = None,
+def build_job(spec: JobSpec, cache_dir: str, config: dict, out_dir: str, limit_ms: float | None = None,
               check: bool = True, study: str = "", on_phase: Phase = no_phase) -> Built:
     """A candidate built, checked and saved into out_dir for its timing process (evaluate.build_checked)."""
     on_phase(JobPhase.LOADING)
@@ -80,12 +83,12 @@ def build_job(spec: dict, cache_dir: str, config: dict, out_dir: str, limit_ms: 
     return build_checked(problem, config, out_dir, limit_ms, on_phase, study, check)
 
 
-def shapes_job(spec: dict, cache_dir: str, study: str = "", on_phase: Phase = no_phase) -> list[TimedShape]:
+def shapes_job(spec: JobSpec, cache_dir: str, study: str = "", on_phase: Phase = no_phase) -> list[TimedShape]:
     """What every timing runs: per set of the workload's shapes, its first batch."""
     return problem_shapes(loaded_problem(spec, cache_dir))
 
 
-def told_job(spec: dict, cache_dir: str, built: Built, median_ms: float, feasible: bool, study: str = "",
+def told_job(spec: JobSpec, cache_dir: str, built: Built, median_ms: float, feasible: bool, study: str = "",
              on_phase: Phase = no_phase) -> None:
     """Backend.measured after a timing, for a backend that hears timings (evaluate.tell_backend)."""
     tell_backend(loaded_problem(spec, cache_dir), built, median_ms, feasible, study)
@@ -104,7 +107,7 @@ def _checked_engine(problem: Problem, config: dict, on_phase: Phase, study: str 
             engine.close()
 
 
-def accuracy_job(spec: dict, cache_dir: str, config: dict, protocol: dict | None, on_phase: Phase = no_phase,
+def accuracy_job(spec: JobSpec, cache_dir: str, config: dict, protocol: dict | None, on_phase: Phase = no_phase,
                  study: str = "", baseline: dict | None = None) -> QuickCheck:
     """Error metrics of one build (sensitivity), and with a protocol its latency (untimed by others:
     a quick figure for the ranking, not a trial's measurement). With a baseline config too, that engine
@@ -134,13 +137,13 @@ def accuracy_job(spec: dict, cache_dir: str, config: dict, protocol: dict | None
     return out
 
 
-def activations_job(spec: dict, cache_dir: str, float_config: dict, quantized_config: dict, tensors: list[str],
+def activations_job(spec: JobSpec, cache_dir: str, float_config: dict, quantized_config: dict, tensors: list[str],
                     on_phase: Phase = no_phase, study: str = "") -> dict[str, float] | None:
     """The one-pass sensitivity's measurement: each tensor's relative error, quantized against float."""
     return activation_errors(loaded_problem(spec, cache_dir), float_config, quantized_config, tensors, on_phase, study)
 
 
-def node_times_job(spec: dict, cache_dir: str, backend: str, on_phase: Phase = no_phase,
+def node_times_job(spec: JobSpec, cache_dir: str, backend: str, on_phase: Phase = no_phase,
                    study: str = "") -> dict[str, float]:
     """Each node's share of the fp32 run time, from the backend's profiler; {} where it has none."""
     problem = loaded_problem(spec, cache_dir)
@@ -149,7 +152,7 @@ def node_times_job(spec: dict, cache_dir: str, backend: str, on_phase: Phase = n
         return get_backend(backend).node_times(problem.model, problem.batches[:1], work)
 
 
-def profile_job(spec: dict, cache_dir: str, configs: list[dict], on_phase: Phase = no_phase,
+def profile_job(spec: JobSpec, cache_dir: str, configs: list[dict], on_phase: Phase = no_phase,
                 study: str = "") -> list[list[dict]]:
     """Each config built and run under its backend's profiler, holding the device's timing lock: per config,
     its runtime nodes' median times (tuner.execute.profiling.engine_node_times). `tuner profile`."""
@@ -169,7 +172,7 @@ def profile_job(spec: dict, cache_dir: str, configs: list[dict], on_phase: Phase
     return out
 
 
-def confirm_job(spec: dict, cache_dir: str, configs: list[dict], baseline: int, work_dir: str,
+def confirm_job(spec: JobSpec, cache_dir: str, configs: list[dict], baseline: int, work_dir: str,
                 on_phase: Phase = no_phase, study: str = "") -> list[Rebuilt | str]:
     """Rebuild every config into work_dir/INDEX, check its accuracy again and save it there for its timing
     process (selection). A config that fails to build (or to save) is reported with its reason (a str); the
@@ -190,7 +193,7 @@ def confirm_job(spec: dict, cache_dir: str, configs: list[dict], baseline: int, 
     return results
 
 
-def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase: Phase = no_phase,
+def export_job(spec: JobSpec, cache_dir: str, config: dict, out_dir: str, on_phase: Phase = no_phase,
                study: str = "") -> SavedEngine:
     """Rebuild `config`, check its accuracy and save the engine into out_dir."""
     problem = loaded_problem(spec, cache_dir)
@@ -201,7 +204,7 @@ def export_job(spec: dict, cache_dir: str, config: dict, out_dir: str, on_phase:
     return SavedEngine(metrics, per_output, path, backend.name, backend.usage(out_dir), precision)
 
 
-def load_job(spec: dict, cache_dir: str, config: dict, engine_dir: str, main: str | None = None,
+def load_job(spec: JobSpec, cache_dir: str, config: dict, engine_dir: str, main: str | None = None,
              on_phase: Phase = no_phase, study: str = "") -> SavedEngine:
     """Load the engine in engine_dir (an uploaded one, downloaded by export) with the backend of `config`
     and check its accuracy; what export_job returns, without building or writing anything."""
@@ -219,7 +222,7 @@ def load_job(spec: dict, cache_dir: str, config: dict, engine_dir: str, main: st
                        backend.usage(engine_dir), precision)
 
 
-def verify_job(spec: dict, cache_dir: str, config: dict, baseline: dict, engine_dir: str | None, backend: str | None,
+def verify_job(spec: JobSpec, cache_dir: str, config: dict, baseline: dict, engine_dir: str | None, backend: str | None,
                work_dir: str, on_phase: Phase = no_phase, study: str = "") -> VerifyBuilds:
     """What verify times, ready for their processes: the winner (the exported engine in engine_dir, loaded
     and checked here, or `config` rebuilt into work_dir/winner) and the backend's defaults built into
