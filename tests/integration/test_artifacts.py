@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
+from tuner.execute.results import Confirmed, Rebuilt
 from tuner.inputs.space import SPACES_DIR
 from tuner.search.record import WINNER_ATTR
 from tuner.store import artifacts
@@ -154,6 +155,11 @@ def test_pack_is_deterministic_and_storage_files_are_found(tmp_path):
         artifacts.normalize_url("ftp://x/y")
 
 
+def _confirmed() -> Confirmed:
+    """A finalist that passed selection's re-check, its engine saved as model.onnx (its timing is not read here)."""
+    return Confirmed(Rebuilt({"cos": 0.0}, True, None, "onnxruntime", "cpu", "model.onnx"))
+
+
 @pytest.mark.parametrize("keep_all", [False, True])
 def test_a_new_selection_replaces_the_last_ones_engines_unless_all_are_kept(tmp_path, keep_all):
     study = optuna.create_study(study_name="s", storage=open_storage(f"sqlite:///{tmp_path}/s.db"))
@@ -163,8 +169,7 @@ def test_a_new_selection_replaces_the_last_ones_engines_unless_all_are_kept(tmp_
     earlier = artifacts.upload_engine(study, store, str(tmp_path / "old"), 3, artifacts.SELECTION, "model.onnx")
     trial = artifacts.upload_engine(study, store, str(tmp_path / "kept"), 3, artifacts.TRIAL)
     _fake_engine(tmp_path / "saved" / "0", b"new")
-    new = _upload_finalists(study, store, [SimpleNamespace(number=5)], [{"feasible": True, "saved": "model.onnx"}],
-                            str(tmp_path / "saved"), keep_all)
+    new = _upload_finalists(study, store, [SimpleNamespace(number=5)], [_confirmed()], str(tmp_path / "saved"), keep_all)
     live = {r["id"] for r in artifacts.engine_records(study)}
     assert new[5]["id"] in live and trial["id"] in live  # a kept trial engine is never replaced
     assert (earlier["id"] in live) == keep_all and (earlier["id"] in os.listdir(store.url)) == keep_all
@@ -205,7 +210,7 @@ def test_keep_artifacts_winner_uploads_the_winners_engine_alone(tmp_path, keep):
     store = artifacts.resolve_store(study)
     for i, content in enumerate((b"winner", b"finalist")):
         _fake_engine(tmp_path / "saved" / str(i), content)
-    done = {"feasible": True, "saved": "model.onnx"}
+    done = _confirmed()
     new = _upload_finalists(study, store, [SimpleNamespace(number=5), SimpleNamespace(number=6)], [done, done],
                             str(tmp_path / "saved"), False, 5 if keep == "winner" else None)
     assert sorted(new) == ([5] if keep == "winner" else [5, 6])
