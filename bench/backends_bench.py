@@ -72,7 +72,7 @@ def run_study(space: str, model: str, inputs: dict, work: str, args) -> optuna.S
         study = optuna.load_study(study_name=space, storage=url)
         if len(study.trials) >= args.trials and study.user_attrs.get("winner") is not None:
             return study
-    opts = TuneOptions(study=space, model=model, storage=url,
+    opts = TuneOptions.of(study=space, model=model, storage=url,
                        space=os.path.join(SPACES_DIR, f"{space}.yaml"), seed=args.seed, n_trials=args.trials,
                        protocol=LatencyProtocol(max_seconds=args.timing_s), quiet=True, progress=False, top_k=3,
                        **inputs)
@@ -127,20 +127,20 @@ def side_by_side(study: optuna.Study, rows: dict[str, dict], rounds: int, alone:
         if config not in distinct:
             distinct.append(config)
     with tempfile.TemporaryDirectory() as saved, Evaluator(problem.spec, timeout_s=7200) as evaluator:
-        results = evaluator.confirm(distinct, baseline=0, rounds=rounds, save_dir=saved)["results"]  # row 0: ORT defaults
-        built = [i for i, r in enumerate(results) if "error" not in r]
-        figures = evaluator.alone([(results[i]["backend"], os.path.join(saved, str(i))) for i in built],
+        results = evaluator.confirm(distinct, baseline=0, rounds=rounds, save_dir=saved).finalists  # row 0: ORT defaults
+        built = [i for i, r in enumerate(results) if r.built]
+        figures = evaluator.alone([(results[i].rebuilt.backend, os.path.join(saved, str(i))) for i in built],
                                   processes=alone) if alone else []
     alone_ms = {i: f.median_ms for i, f in zip(built, figures)}
     out = {}
     for label, config in rows.items():
         i = distinct.index(config)
         r = results[i]
-        rel = r.get("relative")
-        out[label] = {"config": config, "error": (r.get("metrics") or {}).get(primary), "feasible": r.get("feasible"),
-                      "median_ms": r["latency"]["median_ms"] if "latency" in r else None, "failed": r.get("error"),
-                      "speedup": 1.0 / rel["ratio"] if rel else None,
-                      "speedup_ci": [1.0 / rel["ci_high"], 1.0 / rel["ci_low"]] if rel else None,
+        rel = r.relative
+        out[label] = {"config": config, "error": r.rebuilt.metrics.get(primary) if r.built else None,
+                      "feasible": r.feasible, "median_ms": r.latency.median_ms if r.built else None, "failed": r.error,
+                      "speedup": 1.0 / rel.ratio if rel else None,
+                      "speedup_ci": [1.0 / rel.ci_high, 1.0 / rel.ci_low] if rel else None,
                       "alone_ms": alone_ms.get(i),
                       "alone_speedup": alone_ms[0] / alone_ms[i] if i in alone_ms and 0 in alone_ms else None}
     return out

@@ -48,7 +48,7 @@ def independent_space(work: str, base: str) -> str:
 
 def run(strategy: str, args, work: str, space: str | None) -> dict:
     t0 = time.time()
-    result = tune_study(TuneOptions(study=strategy, model=args.model, storage=f"sqlite:///{work}/{strategy}.db", space=space,
+    result = tune_study(TuneOptions.of(study=strategy, model=args.model, storage=f"sqlite:///{work}/{strategy}.db", space=space,
                               data=args.data, shapes=args.shape, int_ranges=args.int_range, require=args.require,
                               seed=args.seed, n_trials=args.trials, quiet=True, progress=False))
     study = result.study
@@ -96,22 +96,22 @@ def main(argv=None) -> int:
     with Evaluator(problem.spec, timeout_s=3600) as evaluator:
         final = evaluator.confirm(list(configs.values()), baseline=0, rounds=40)
     metric = problem.requirement.primary_metric
-    res = dict(zip(configs, final["results"]))
-    ceiling_speed = 1.0 / res["all-int8 ceiling"]["relative"]["ratio"]
+    res = dict(zip(configs, final.finalists))
+    ceiling_speed = 1.0 / res["all-int8 ceiling"].relative.ratio
     print(f"\nmodel {os.path.basename(args.model)}, space {os.path.basename(args.space)}, {args.require}, "
           f"{args.trials} trials, seed {args.seed}; "
-          f"re-timed side by side in one process (others used {final['load']['other_cores']:.2f} cores)\n")
+          f"re-timed side by side in one process (others used {final.load['other_cores']:.2f} cores)\n")
     print(f"| engine | speedup over ORT defaults [95%] | {metric} | share of the all-int8 ceiling | layers in float | "
           "trials + analysis builds | study wall s |\n|---|---|---|---|---|---|---|")
     for name, r in res.items():
-        rel = r["relative"]
-        speed = 1.0 / rel["ratio"]
+        rel = r.relative
+        speed = 1.0 / rel.ratio
         strategy = runs.get(name.replace(" winner", ""))
         kept = len(configs[name].get("keep_float", [])) if configs[name].get("precision", "fp32") != "fp32" else "-"
         work_txt = f"{args.trials} + {strategy['analysis_builds']}" if strategy else "-"
         wall = f"{strategy['wall_s']:.0f}" if strategy else "-"
-        print(f"| {name} | {speed:.2f} [{1 / rel['ci_high']:.2f}-{1 / rel['ci_low']:.2f}] | {r['metrics'][metric]:.3g}"
-              f"{'' if r['feasible'] else ' (infeasible)'} | {speed / ceiling_speed:.2f} | {kept} | {work_txt} | {wall} |")
+        print(f"| {name} | {speed:.2f} [{1 / rel.ci_high:.2f}-{1 / rel.ci_low:.2f}] | {r.rebuilt.metrics[metric]:.3g}"
+              f"{'' if r.feasible else ' (infeasible)'} | {speed / ceiling_speed:.2f} | {kept} | {work_txt} | {wall} |")
     default = runs.get("default")
     if default and default["winner"]:
         v = verify_winner(default["study"], problem)

@@ -122,7 +122,7 @@ def bench_model(name: str, args) -> dict:
         study = optuna.load_study(study_name="default", storage=url)
     else:
         t0 = time.time()
-        study = tune_study(TuneOptions(study="default", model=model, storage=url, n_trials=args.trials, seed=args.seed,
+        study = tune_study(TuneOptions.of(study="default", model=model, storage=url, n_trials=args.trials, seed=args.seed,
                                  quiet=False, progress=False, space=os.path.join(SPACES_DIR, "cpu.yaml"),
                                  **inputs)).study
         wall = time.time() - t0

@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     model = write_demo_model(os.path.join(work, "demo.onnx"), outliers=2)
     rates = {}
     for jobs in args.jobs:
-        opts = TuneOptions(study=f"jobs{jobs}", model=model, storage=f"sqlite:///{work}/jobs{jobs}.db",
+        opts = TuneOptions.of(study=f"jobs{jobs}", model=model, storage=f"sqlite:///{work}/jobs{jobs}.db",
                            shapes=["x=8x64x256"], require="cos<=0.005", n_trials=args.n_trials, seed=0, jobs=jobs,
                            quiet=True, progress=False, select=False, protocol=LatencyProtocol(max_seconds=3))
         t0 = time.perf_counter()

@@ -65,8 +65,8 @@ def main(argv=None) -> int:
     configs = {k: config_from_sets(problem, v) for k, v in CONFIGS.items()}
     base = configs["defaults"]
     with Evaluator(problem.spec, timeout_s=3600) as ev:
-        ref = ev.confirm(list(configs.values()), baseline=0, rounds=60)["results"]
-    reference = [r["relative"]["ratio"] for r in ref]
+        ref = ev.confirm(list(configs.values()), baseline=0, rounds=60).finalists
+    reference = [r.relative.ratio for r in ref]
     stop = mp.get_context("spawn").Event()
     burner = mp.get_context("spawn").Process(target=_burn, args=(stop,)) if args.load else None
     if burner:

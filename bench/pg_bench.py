@@ -54,7 +54,7 @@ def storage_overhead(url: str, name: str, tmp: str, model: str, n: int, mode: st
     from tuner.run.options import TuneOptions
     from tuner.run.prepare import open_study
 
-    ctx = open_study(TuneOptions(study=name, model=model, storage=url, space=os.path.join(tmp, "small.yaml"),
+    ctx = open_study(TuneOptions.of(study=name, model=model, storage=url, space=os.path.join(tmp, "small.yaml"),
                                  shapes=["x=2x64x256"], require="cos<=0.005", quiet=True, progress=False))
     ctx.study.sampler = optuna.samplers.RandomSampler(seed=0)
     objective = synthetic_objective(ctx)

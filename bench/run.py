@@ -54,7 +54,7 @@ def model_path(name: str, work: str) -> str:
 def run_study(kind: str, seed: int, model: str, work: str, budget: int, timing_s: float) -> tuple[optuna.Study, float]:
     shapes, ranges, require = MODELS[model]
     name = f"{kind}-{seed}"
-    opts = TuneOptions(study=name, model=model_path(model, work), storage=f"sqlite:///{work}/{name}.db", shapes=shapes,
+    opts = TuneOptions.of(study=name, model=model_path(model, work), storage=f"sqlite:///{work}/{name}.db", shapes=shapes,
                        int_ranges=ranges, require=require, seed=seed, quiet=True, progress=False, select=False,
                        protocol=LatencyProtocol(max_seconds=timing_s),
                        space=os.path.join(SPACES_DIR, "onnxruntime-cpu.yaml"))  # ONNX Runtime's tuner (the grid is its routes)
@@ -96,8 +96,8 @@ def interleaved(study: optuna.Study, configs: dict[str, dict], work: str) -> dic
             engines.append(cfg)
         index_of[label] = distinct[key]
     with Evaluator(problem.spec, timeout_s=3600) as evaluator:
-        results = evaluator.confirm(engines, baseline=0, rounds=20)["results"]
-    medians = [r["latency"]["median_ms"] if "latency" in r else float("nan") for r in results]
+        results = evaluator.confirm(engines, baseline=0, rounds=20).finalists
+    medians = [r.latency.median_ms if r.built else float("nan") for r in results]
     return {label: medians[i] for label, i in index_of.items()}
 
 

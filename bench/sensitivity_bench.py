@@ -71,7 +71,7 @@ def run_strategy(strategy: str, model: str, shapes, require, budget: int, seed: 
     with open(space, "w") as f:
         f.write(SPACE.format(encoding=encoding))
     name = f"{strategy}-{seed}"
-    opts = TuneOptions(study=name, model=model, storage=f"sqlite:///{work}/{name}.db", space=space, shapes=shapes,
+    opts = TuneOptions.of(study=name, model=model, storage=f"sqlite:///{work}/{name}.db", space=space, shapes=shapes,
                        int_ranges=int_ranges, require=require, seed=seed, n_trials=budget, quiet=True, progress=False,
                        select=False, protocol=LatencyProtocol(max_seconds=2))
     if strategy == "fallback":

@@ -186,7 +186,7 @@ def main() -> None:
     timed_jobs(timed)
     timed_storage(timed)
     t0 = time.perf_counter()
-    result = tune_study(TuneOptions(study="soak", model=model, storage=url, space=args.space, shapes=["x=2x64x256"],
+    result = tune_study(TuneOptions.of(study="soak", model=model, storage=url, space=args.space, shapes=["x=2x64x256"],
                                     require="cos<=0.005", sampler=args.sampler, seed=0, n_trials=args.trials, quiet=True,
                                     progress=False, protocol=LatencyProtocol(max_seconds=0.3), select=False))
     total = time.perf_counter() - t0

@@ -44,7 +44,7 @@ def _worker(kind: str, url: str, index: int, n: int, errors) -> None:
 
 def run(kind: str, workers: int, trials: int, model: str, work: str) -> dict:
     url = f"sqlite:///{work}/{kind}-{workers}.db" if kind.startswith("sqlite") else f"journal:///{work}/{kind}-{workers}.log"
-    ctx = open_study(TuneOptions(study="bench", model=model, storage=url, shapes=["x=8x64x256"], require="cos<=0.005"))
+    ctx = open_study(TuneOptions.of(study="bench", model=model, storage=url, shapes=["x=8x64x256"], require="cos<=0.005"))
     for threads in range(1, ENQUEUED + 1):
         ctx.study.enqueue_trial({"precision": "fp32", "intra_op_num_threads": 1 + threads % 2,
                                  "graph_optimization_level": ["disabled", "basic", "extended", "all"][threads % 4],

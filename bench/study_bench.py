@@ -47,7 +47,7 @@ def trials_to_within(study: optuna.Study, fraction: float = 0.03) -> tuple[int |
 def bench_demo(args) -> None:
     work = tempfile.mkdtemp(prefix="bench-demo-")
     model = write_demo_model(os.path.join(work, "demo.onnx"), outliers=2)
-    opts = TuneOptions(study="bench", model=model, storage=f"sqlite:///{work}/bench.db", shapes=["x=8x64x256"],
+    opts = TuneOptions.of(study="bench", model=model, storage=f"sqlite:///{work}/bench.db", shapes=["x=8x64x256"],
                        require="cos<=0.005", n_trials=args.n_trials, seed=args.seed, quiet=True, progress=False,
                        protocol=LatencyProtocol(max_seconds=3))
     t0 = time.perf_counter()
@@ -93,7 +93,7 @@ def _time_sampler(sampler) -> list[float]:
 def bench_overhead(args) -> None:
     work = tempfile.mkdtemp(prefix="bench-overhead-")
     model = write_demo_model(os.path.join(work, "demo.onnx"))
-    opts = TuneOptions(study="overhead", model=model, storage=f"sqlite:///{work}/o.db", shapes=["x=8x64x256"],
+    opts = TuneOptions.of(study="overhead", model=model, storage=f"sqlite:///{work}/o.db", shapes=["x=8x64x256"],
                        require="cos<=0.005", seed=args.seed, quiet=True)
     ctx = open_study(opts)
     enqueue_initial(ctx, [])

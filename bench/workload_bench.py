@@ -58,7 +58,7 @@ def model_setup(name: str, work: str) -> tuple[str, str | None, list[str], list[
 
 def run_study(name: str, model: str, data: str | None, shapes: list[str], require: str, work: str,
               args) -> dict | None:
-    opts = TuneOptions(study=name, model=model, storage=f"sqlite:///{work}/{name}.db", data=data,
+    opts = TuneOptions.of(study=name, model=model, storage=f"sqlite:///{work}/{name}.db", data=data,
                        shapes=shapes or None, require=require, seed=args.seed, n_trials=args.trials,
                        protocol=LatencyProtocol(max_seconds=args.timing_s), quiet=True, progress=False, top_k=3)
     result = tune_study(opts)
@@ -104,13 +104,13 @@ def main() -> None:
                 distinct.append(config)
         print(f"timing {len(distinct)} engines side by side at each set ...", flush=True)
         with tempfile.TemporaryDirectory() as saved, Evaluator(problem.spec, timeout_s=7200) as evaluator:
-            results = evaluator.confirm(distinct, baseline=0, rounds=args.rounds, save_dir=saved)["results"]
+            results = evaluator.confirm(distinct, baseline=0, rounds=args.rounds, save_dir=saved).finalists
     table = {}
     for label, config in rows.items():
         r = results[distinct.index(config)]
-        table[label] = {"config": config, "feasible": r.get("feasible"), "failed": r.get("error"),
-                        "speedup": 1.0 / r["relative"]["ratio"] if "relative" in r else None,
-                        "per_set": {f["shapes"]: 1.0 / f["ratio"] for f in r.get("workload") or []}}
+        table[label] = {"config": config, "feasible": r.feasible, "failed": r.error,
+                        "speedup": 1.0 / r.relative.ratio if r.built else None,
+                        "per_set": {f["shapes"]: 1.0 / f["ratio"] for f in r.workload or []}}
     sets = [s.rpartition("@")[0] for s in workload]
     lines = [f"workload bench, {args.model}, {args.trials} trials per study, CPU flags: "
              + (" ".join(f for f in FLAGS if f in flags) or "none"), "",
