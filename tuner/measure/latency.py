@@ -50,9 +50,9 @@ def steady(p10_ms: float, p90_ms: float) -> bool:
     return p10_ms > 0 and p90_ms <= MAX_SPREAD * p10_ms
 
 
-def ci_overlap(a: dict, b: dict) -> bool:
-    """Two LatencyStats dicts whose 95% CIs of the median overlap: they tie within noise."""
-    return a["ci_low_ms"] <= b["ci_high_ms"] and b["ci_low_ms"] <= a["ci_high_ms"]
+def ci_overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Two 95% intervals (low, high), of medians or of ratios, that overlap (touching counts): they tie within noise."""
+    return a[0] <= b[1] and b[0] <= a[1]
 
 
 def summarize(samples_ms: list[float] | np.ndarray, converged: bool) -> LatencyStats:

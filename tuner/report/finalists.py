@@ -2,7 +2,7 @@
 with the spread of the runs (p10-p90) and the 95% CI of the median, and which tie the winner within noise."""
 from __future__ import annotations
 
-from ..measure.latency import MAX_SPREAD, steady
+from ..measure.latency import MAX_SPREAD, ci_overlap, steady
 from ..search.record import Finalist, Tie, Winner
 from .as_run import runtime_name
 
@@ -18,9 +18,8 @@ def tied_with_winner(winner: Winner) -> list[Finalist]:
 
     def overlap(a: Finalist, b: Finalist) -> bool:
         if a.relative and b.relative:
-            ra, rb = a.relative, b.relative
-            return ra["ci_low"] <= rb["ci_high"] and rb["ci_low"] <= ra["ci_high"]
-        return a.ci_low_ms <= b.ci_high_ms and b.ci_low_ms <= a.ci_high_ms
+            return ci_overlap((a.relative["ci_low"], a.relative["ci_high"]), (b.relative["ci_low"], b.relative["ci_high"]))
+        return ci_overlap((a.ci_low_ms, a.ci_high_ms), (b.ci_low_ms, b.ci_high_ms))
 
     return [f for f in winner.finalists if f is not own and f.feasible and overlap(own, f)]
 

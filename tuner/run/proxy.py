@@ -113,7 +113,8 @@ class TunerProxyService:
 
 def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, ready=print) -> None:
     """`tuner proxy`: serve the database at url on host:port (0: a free port) until Ctrl-C or SIGTERM."""
-    if StorageURL(url).is_proxy or StorageURL(url).path is not None:
+    url = StorageURL(url)
+    if url.is_proxy or url.path is not None:
         raise UserError(f"--storage {url}: the proxy stands in front of a database server, e.g. "
                         "postgresql+psycopg://user:pw@db-host:5432/db (one machine needs no proxy: journal:///FILE.log)")
     if not 0 <= port < 65536:

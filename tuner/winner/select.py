@@ -22,6 +22,7 @@ from ..execute.results import Confirmation, Confirmed
 from ..execute.timing import ALONE_PROCESSES, ALONE_SECONDS
 from ..inputs.configs import defaults_chooser, normalize
 from ..inputs.space import BACKEND, Space
+from ..measure.latency import ci_overlap
 from ..problem.spec import Problem
 from ..search.choices import DEFAULT_KEEP_ARTIFACTS
 from ..search.record import BEST_EFFORT_ATTR, WINNER_ATTR, StoredStudy, StoredTrial
@@ -292,7 +293,8 @@ def choices_off_defaults(params: dict, config: dict, space: Space) -> int:
 
 
 def _overlap(a: dict, b: dict) -> bool:
-    return a["ci_low"] <= b["ci_high"] and b["ci_low"] <= a["ci_high"]
+    """Two RelativeLatency dicts whose 95% intervals overlap."""
+    return ci_overlap((a["ci_low"], a["ci_high"]), (b["ci_low"], b["ci_high"]))
 
 
 def simplest_among_ties(finalists: list[dict]) -> tuple[dict, list[dict]]:
