@@ -23,7 +23,7 @@ from ..errors import JobPhase
 from ..measure.guard import BaselineBand, guard_record
 from ..measure.latency import LatencyProtocol, LatencyStats
 from ..measure.load import Load, LoadMeter, wait_until_quiet, with_processes
-from ..measure.paired import SLOW_RUN, measure_alone, measure_paired, relative_to, stopped_at, time_blocks
+from ..measure.paired import SLOW_RUN, RelativeLatency, measure_alone, measure_paired, relative_to, stopped_at, time_blocks
 from ..measure.workload import weighted_mean, weighted_relative, weighted_stats
 from ..problem.spec import Problem
 from ..search.record import ShapeFigure, TrialRecord
@@ -267,7 +267,7 @@ def measure(problem: Problem, config: dict, out_dir: str, protocol: LatencyProto
 
 def time_side_by_side(saved: list[tuple[str, str]], batch: Batch, baseline: int, device: str, rounds: int,
                       protocol: LatencyProtocol, on_phase: Phase = no_phase, study: str = "", what: str = "selection",
-                      start: Start = EngineProcess) -> tuple[list[tuple[LatencyStats, object]], dict, list[int]]:
+                      start: Start = EngineProcess) -> tuple[list[tuple[LatencyStats, RelativeLatency]], dict, list[int]]:
     """Engines saved as (backend, folder), each in a process of its own, timed in turn in blocks with
     saved[baseline] (selection, verify): per engine (its latency, its ratio to the baseline), the load, and
     the process ids."""
@@ -287,7 +287,7 @@ def time_side_by_side(saved: list[tuple[str, str]], batch: Batch, baseline: int,
 
 def side_by_side_over(saved: list[tuple[str, str]], shapes: list[TimedShape], baseline: int, device: str, rounds: int,
                       protocol: LatencyProtocol, on_phase: Phase = no_phase, study: str = "", what: str = "selection",
-                      start: Start = EngineProcess) -> tuple[list[tuple[LatencyStats, object]], dict, list[int],
+                      start: Start = EngineProcess) -> tuple[list[tuple[LatencyStats, RelativeLatency]], dict, list[int],
                                                              list[list[dict]] | None]:
     """time_side_by_side at each set of the workload's shapes: per engine its weighted figures (measure.workload),
     the most loaded set's load, the first set's process ids, and per engine each set's figures (ShapeFigure as a
